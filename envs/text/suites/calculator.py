@@ -1,0 +1,142 @@
+"""A calculator with one memory register (so that calls have a checkable effect)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from envs.text.suites.base import ToolError, ToolSuite, read_only
+
+_MAX_MAGNITUDE = 1e300  # past this, results are inf/overflow: refuse instead of returning nonsense
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value) or abs(value) > _MAX_MAGNITUDE:
+        raise ToolError("result is too large or not a number")
+    return value
+
+
+class Calculator(ToolSuite):
+    """Arithmetic on floats; ``memory`` is its only state."""
+
+    name = "calculator"
+    description = "arithmetic and a memory register"
+
+    @classmethod
+    def default_config(cls) -> dict[str, Any]:
+        return {"memory": 0.0}
+
+    def _load(self, config: dict[str, Any]) -> None:
+        self.memory: float = float(config["memory"])
+
+    @read_only
+    def add(self, a: float, b: float) -> float:
+        """Return a + b.
+
+        Args:
+            a: First addend.
+            b: Second addend.
+        """
+        return _finite(a + b)
+
+    @read_only
+    def subtract(self, a: float, b: float) -> float:
+        """Return a - b.
+
+        Args:
+            a: Number to subtract from.
+            b: Number to subtract.
+        """
+        return _finite(a - b)
+
+    @read_only
+    def multiply(self, a: float, b: float) -> float:
+        """Return a * b.
+
+        Args:
+            a: First factor.
+            b: Second factor.
+        """
+        return _finite(a * b)
+
+    @read_only
+    def divide(self, a: float, b: float) -> float:
+        """Return a / b.
+
+        Args:
+            a: Dividend.
+            b: Divisor, not zero.
+        """
+        if b == 0:
+            raise ToolError("division by zero")
+        return _finite(a / b)
+
+    @read_only
+    def power(self, base: float, exponent: float) -> float:
+        """Return base raised to exponent.
+
+        Args:
+            base: The base.
+            exponent: The exponent.
+        """
+        try:
+            return _finite(math.pow(base, exponent))  # float pow: never a huge exact integer
+        except (OverflowError, ValueError) as exc:
+            raise ToolError(str(exc)) from None
+
+    @read_only
+    def square_root(self, x: float) -> float:
+        """Return the square root of a non-negative number.
+
+        Args:
+            x: Number, at least 0.
+        """
+        if x < 0:
+            raise ToolError("square root of a negative number")
+        return math.sqrt(x)
+
+    @read_only
+    def mean(self, numbers: list[float]) -> float:
+        """Return the arithmetic mean of a list of numbers.
+
+        Args:
+            numbers: At least one number.
+        """
+        if not numbers:
+            raise ToolError("mean of an empty list")
+        return _finite(math.fsum(numbers) / len(numbers))
+
+    @read_only
+    def round_number(self, x: float, digits: int = 0) -> float:
+        """Round a number to a given count of decimal digits.
+
+        Args:
+            x: Number to round.
+            digits: Decimal digits to keep, between 0 and 10.
+        """
+        if not 0 <= digits <= 10:
+            raise ToolError("digits must be between 0 and 10")
+        return round(x, digits)
+
+    def memory_store(self, value: float) -> float:
+        """Store a number in memory (replacing what was there) and return it.
+
+        Args:
+            value: Number to store.
+        """
+        self.memory = _finite(value)
+        return self.memory
+
+    def memory_add(self, value: float) -> float:
+        """Add a number to the value in memory and return the new memory value.
+
+        Args:
+            value: Number to add.
+        """
+        self.memory = _finite(self.memory + value)
+        return self.memory
+
+    @read_only
+    def memory_recall(self) -> float:
+        """Return the value in memory."""
+        return self.memory
