@@ -1,0 +1,32 @@
+"""Torch-native vector environments behind one contract (see :mod:`envs.core`).
+
+    import envs
+    vec = envs.make("Humanoid", num_envs=8, backend="auto", device="cpu", seed=1)
+    obs, info = vec.reset()
+    obs, reward, terminated, truncated, info = vec.step(actions)
+"""
+
+from envs.core import EnvSpaceError, TorchVectorEnv
+from envs.registry import (
+    AUTO_ORDER,
+    BACKENDS,
+    SHORT_NAMES,
+    Backend,
+    UnknownEnvError,
+    make,
+    register_backend,
+    resolve_env_id,
+)
+
+__all__ = [
+    "AUTO_ORDER",
+    "BACKENDS",
+    "SHORT_NAMES",
+    "Backend",
+    "EnvSpaceError",
+    "TorchVectorEnv",
+    "UnknownEnvError",
+    "make",
+    "register_backend",
+    "resolve_env_id",
+]

@@ -1,0 +1,141 @@
+"""The torch-native vector-environment contract every backend implements.
+
+Contract (identical on every backend, checked by ``tests/test_env_contract.py`` and by
+``python -m envs.check``):
+
+``reset(seed=None) -> (obs, info)``
+    ``obs``: float32 tensor ``(num_envs, *obs_shape)`` on ``device``. A ``seed`` re-seeds the
+    sub-environments with ``seed, seed + 1, ...``.
+
+``step(actions) -> (obs, reward, terminated, truncated, info)``
+    ``actions``: tensor ``(num_envs, *act_shape)`` (any float dtype, any device); it is clipped to
+    the action space bounds, as every agent here expects. ``reward``: float32 ``(num_envs,)``;
+    ``terminated`` / ``truncated``: bool ``(num_envs,)``.
+
+    Same-step autoreset: a sub-environment whose episode ended in this step is reset inside
+    ``step``, so ``obs`` already holds the first observation of its next episode. ``info`` always
+    holds these tensors on ``device``:
+
+    - ``final_obs`` ``(num_envs, *obs_shape)``: the observation the step reached *before* any
+      reset. For sub-environments that did not finish it equals ``obs``. Bootstrapping on
+      truncation uses ``V(final_obs)``.
+    - ``done`` bool ``(num_envs,)``: ``terminated | truncated``.
+    - ``episode_return`` float32 / ``episode_length`` int64 ``(num_envs,)``: return and length of
+      the episode that finished in this step, 0 where ``done`` is False.
+
+A backend implements ``_reset`` and ``_step`` on torch tensors; this base class does the action
+clipping, the dtype/device checks and the episode statistics once for all of them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+
+class EnvSpaceError(ValueError):
+    """An environment whose spaces the suite's agents cannot handle."""
+
+
+def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Space) -> None:
+    """Raise :class:`EnvSpaceError` naming the offending space unless both are bounded-action Boxes."""
+    if not isinstance(observation_space, gym.spaces.Box):
+        raise EnvSpaceError(
+            f"{env_id}: observation space {observation_space} is not a Box. The vector-env contract "
+            "returns observations as one float tensor; flatten Dict/Tuple/Discrete observations with a "
+            "Gymnasium wrapper (e.g. gymnasium.wrappers.FlattenObservation) before registering the env."
+        )
+    if not isinstance(action_space, gym.spaces.Box):
+        raise EnvSpaceError(
+            f"{env_id}: action space {action_space} is not a Box. The agents in this suite are "
+            "continuous-control agents (Gaussian/tanh policies); discrete action spaces are not supported."
+        )
+    if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
+        raise EnvSpaceError(
+            f"{env_id}: action space {action_space} has infinite bounds. Actions are clipped to the "
+            "bounds and tanh policies are scaled to them, so every bound must be finite."
+        )
+
+
+class TorchVectorEnv(ABC):
+    """Base class of the vector-env contract (see the module docstring)."""
+
+    backend: str = "abstract"
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        single_observation_space: gym.spaces.Box,
+        single_action_space: gym.spaces.Box,
+        device: torch.device | str = "cpu",
+    ):
+        check_spaces(env_id, single_observation_space, single_action_space)
+        self.env_id = env_id
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.single_observation_space = single_observation_space
+        self.single_action_space = single_action_space
+        self.action_low = torch.as_tensor(single_action_space.low, dtype=torch.float32, device=self.device)
+        self.action_high = torch.as_tensor(single_action_space.high, dtype=torch.float32, device=self.device)
+        self._episode_return = torch.zeros(num_envs, dtype=torch.float32, device=self.device)
+        self._episode_length = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+
+    # ----- what a backend implements -----------------------------------------------------------
+    @abstractmethod
+    def _reset(self, seed: int | None) -> torch.Tensor:
+        """Reset every sub-environment; return obs ``(num_envs, *obs_shape)`` float32 on device."""
+
+    @abstractmethod
+    def _step(self, actions: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Step with clipped float32 actions on device, autoresetting finished sub-environments.
+
+        Returns ``(obs, reward, terminated, truncated, final_obs)`` as described in the module
+        docstring (``final_obs`` equal to ``obs`` where nothing finished).
+        """
+
+    def close(self) -> None:  # pragma: no cover - backends without resources need nothing
+        pass
+
+    # ----- the contract --------------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+        obs = self._reset(seed)
+        self._episode_return.zero_()
+        self._episode_length.zero_()
+        return obs, {}
+
+    def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+        actions = torch.as_tensor(actions, device=self.device, dtype=torch.float32)
+        expected = (self.num_envs, *self.single_action_space.shape)
+        if tuple(actions.shape) != expected:
+            raise ValueError(
+                f"{self.env_id}: step() got actions of shape {tuple(actions.shape)}, expected {expected} "
+                "(num_envs, *action_shape)."
+            )
+        actions = torch.clamp(actions, self.action_low, self.action_high)
+        obs, reward, terminated, truncated, final_obs = self._step(actions)
+        done = terminated | truncated
+        self._episode_return += reward
+        self._episode_length += 1
+        info = {
+            "final_obs": final_obs,
+            "done": done,
+            "episode_return": torch.where(done, self._episode_return, 0.0),
+            "episode_length": torch.where(done, self._episode_length, 0),
+        }
+        self._episode_return.masked_fill_(done, 0.0)
+        self._episode_length.masked_fill_(done, 0)
+        return obs, reward, terminated, truncated, info
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.env_id!r}, num_envs={self.num_envs}, device={self.device})"

@@ -1,0 +1,68 @@
+"""Backend ``gymnasium``: Gymnasium's own vector env, the reference every other backend matches.
+
+It runs any registered Gymnasium env with Box spaces (``gymnasium.register`` your own and pass its
+id). Sub-environments step in this process (``sync``) or in worker processes (``async``).
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from envs.core import TorchVectorEnv
+
+
+class GymnasiumVectorEnv(TorchVectorEnv):
+    backend = "gymnasium"
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        device: torch.device | str = "cpu",
+        seed: int | None = None,
+        vectorization: str = "sync",
+        **env_kwargs,
+    ):
+        if vectorization not in ("sync", "async"):
+            raise ValueError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
+        env_fns = [lambda: gym.make(env_id, **env_kwargs) for _ in range(num_envs)]
+        vector_cls = gym.vector.SyncVectorEnv if vectorization == "sync" else gym.vector.AsyncVectorEnv
+        self.vec = vector_cls(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        try:
+            super().__init__(
+                env_id, num_envs, self.vec.single_observation_space, self.vec.single_action_space, device
+            )
+        except Exception:
+            self.vec.close()
+            raise
+        self._seed = seed
+
+    def _to_torch(self, array: np.ndarray, dtype=torch.float32) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(array), dtype=dtype).to(self.device)
+
+    def _reset(self, seed: int | None) -> torch.Tensor:
+        if seed is None:
+            # The first reset uses the seed given to make(); later unseeded resets continue the RNGs.
+            seed, self._seed = self._seed, None
+        obs, _ = self.vec.reset(seed=seed)
+        return self._to_torch(obs)
+
+    def _step(self, actions: torch.Tensor):
+        obs, reward, terminated, truncated, info = self.vec.step(actions.cpu().numpy())
+        final_obs = obs
+        if "_final_obs" in info and info["_final_obs"].any():
+            final_obs = obs.copy()
+            for i in np.flatnonzero(info["_final_obs"]):
+                final_obs[i] = info["final_obs"][i]
+        return (
+            self._to_torch(obs),
+            self._to_torch(reward),
+            self._to_torch(terminated, torch.bool),
+            self._to_torch(truncated, torch.bool),
+            self._to_torch(final_obs),
+        )
+
+    def close(self) -> None:
+        self.vec.close()

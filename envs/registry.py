@@ -1,0 +1,147 @@
+"""``envs.make``: env ids, short names and the choice of backend.
+
+A backend registers itself in ``BACKENDS`` with a factory and a ``supports(env_id)`` test; ``auto``
+takes the first of ``AUTO_ORDER`` that is installed and supports the env (the fastest first).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+from dataclasses import dataclass
+from typing import Callable
+
+import gymnasium as gym
+import torch
+
+from envs.core import TorchVectorEnv
+
+# Short names -> the current Gymnasium ids.
+SHORT_NAMES: dict[str, str] = {
+    "Humanoid": "Humanoid-v5",
+    "HumanoidStandup": "HumanoidStandup-v5",
+    "Ant": "Ant-v5",
+    "HalfCheetah": "HalfCheetah-v5",
+    "Hopper": "Hopper-v5",
+    "Walker2d": "Walker2d-v5",
+    "Swimmer": "Swimmer-v5",
+    "Reacher": "Reacher-v5",
+    "Pusher": "Pusher-v5",
+    "InvertedPendulum": "InvertedPendulum-v5",
+    "InvertedDoublePendulum": "InvertedDoublePendulum-v5",
+    "Pendulum": "Pendulum-v1",
+    "MountainCarContinuous": "MountainCarContinuous-v0",
+    "LunarLanderContinuous": "LunarLanderContinuous-v3",
+}
+
+
+class UnknownEnvError(ValueError):
+    """An env id that is neither a short name nor a registered Gymnasium id."""
+
+
+def resolve_env_id(env_id: str) -> str:
+    """Map a short name to its Gymnasium id; pass registered ids through; else list the known ones."""
+    if env_id in SHORT_NAMES:
+        return SHORT_NAMES[env_id]
+    if env_id in gym.registry:
+        return env_id
+    candidates = list(SHORT_NAMES) + list(gym.registry)
+    close = difflib.get_close_matches(env_id, candidates, n=1, cutoff=0.5)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise UnknownEnvError(
+        f"Unknown env {env_id!r}.{hint} Known short names: {', '.join(SHORT_NAMES)}. Any id registered "
+        "with Gymnasium works too (gymnasium.register(...) your own env before calling envs.make)."
+    )
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    module: str  # the Python module the backend needs installed
+    factory: Callable[..., TorchVectorEnv]
+    supports: Callable[[str, torch.device], bool]
+
+    def installed(self) -> bool:
+        return importlib.util.find_spec(self.module) is not None
+
+
+def _make_gymnasium(env_id, num_envs, device, seed, **kwargs):
+    from envs.gymnasium_backend import GymnasiumVectorEnv
+
+    return GymnasiumVectorEnv(env_id, num_envs, device=device, seed=seed, **kwargs)
+
+
+def _make_envpool(env_id, num_envs, device, seed, **kwargs):
+    from envs.envpool_backend import EnvpoolVectorEnv
+
+    return EnvpoolVectorEnv(env_id, num_envs, device=device, seed=seed, **kwargs)
+
+
+def _envpool_supports(env_id: str, device: torch.device) -> bool:
+    from envs.envpool_backend import envpool_supports
+
+    return envpool_supports(env_id)
+
+
+BACKENDS: dict[str, Backend] = {
+    "gymnasium": Backend("gymnasium", "gymnasium", _make_gymnasium, lambda env_id, device: True),
+    "envpool": Backend("envpool", "envpool", _make_envpool, _envpool_supports),
+}
+# Fastest first. The GPU backend registers itself at the front when it is available.
+AUTO_ORDER: list[str] = ["envpool", "gymnasium"]
+
+
+def register_backend(backend: Backend, auto_priority: int | None = None) -> None:
+    """Add a backend; ``auto_priority`` is its index in the ``auto`` order (None: not used by auto)."""
+    BACKENDS[backend.name] = backend
+    if auto_priority is not None and backend.name not in AUTO_ORDER:
+        AUTO_ORDER.insert(auto_priority, backend.name)
+
+
+def choose_backend(env_id: str, device: torch.device) -> str:
+    for name in AUTO_ORDER:
+        backend = BACKENDS[name]
+        if backend.installed() and backend.supports(env_id, device):
+            return name
+    return "gymnasium"
+
+
+def make(
+    env_id: str,
+    num_envs: int = 1,
+    backend: str = "auto",
+    device: torch.device | str = "cpu",
+    seed: int | None = None,
+    **kwargs,
+) -> TorchVectorEnv:
+    """Make a torch-native vector env (contract in :mod:`envs.core`).
+
+    Args:
+        env_id: a short name (``Humanoid``) or any registered Gymnasium id (``Humanoid-v5``).
+        num_envs: number of sub-environments, >= 1.
+        backend: ``auto`` (fastest installed backend that supports the env), or one of
+            ``envs.BACKENDS``.
+        device: where the returned tensors live.
+        seed: seeds sub-environment i with ``seed + i`` at the first reset.
+        kwargs: passed to the backend (Gymnasium: ``vectorization`` and the env's own kwargs).
+    """
+    if not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+    full_id = resolve_env_id(env_id)
+    device = torch.device(device)
+    if backend == "auto":
+        backend = choose_backend(full_id, device)
+    if backend not in BACKENDS:
+        raise ValueError(f"Unknown backend {backend!r}; choose one of: auto, {', '.join(BACKENDS)}.")
+    chosen = BACKENDS[backend]
+    if not chosen.installed():
+        raise ValueError(
+            f"Backend {backend!r} needs the Python package {chosen.module!r}, which is not installed "
+            f"(pip install -e '.[all]'), or use backend='gymnasium'."
+        )
+    if not chosen.supports(full_id, device):
+        raise ValueError(
+            f"Backend {backend!r} does not support {full_id!r} on {device}. "
+            f"Use backend='gymnasium' (any registered env) or backend='auto'."
+        )
+    return chosen.factory(full_id, num_envs, device, seed, **kwargs)
