@@ -1,0 +1,24 @@
+"""Shared plumbing of the single-file agents: normalization layers, NaP, logging, checkpoints, evaluation.
+
+What is the algorithm stays in ``agents/<name>.py``; what is not lives here, written once.
+"""
+
+from cleanrl_style.checkpoint import load_checkpoint, save_checkpoint
+from cleanrl_style.layers import SimbaBlock, SimbaEncoder, layer_init, mlp
+from cleanrl_style.nap import NormProjector
+from cleanrl_style.normalization import RewardScaler, RunningNorm
+from cleanrl_style.run import Run, RunArgs
+
+__all__ = [
+    "NormProjector",
+    "RewardScaler",
+    "Run",
+    "RunArgs",
+    "RunningNorm",
+    "SimbaBlock",
+    "SimbaEncoder",
+    "layer_init",
+    "load_checkpoint",
+    "mlp",
+    "save_checkpoint",
+]

@@ -1,0 +1,99 @@
+"""Deterministic evaluation of a trained run, with the normalizer statistics it was trained with.
+
+    python -m cleanrl_style.evaluate runs/<run> [--episodes 10] [--seed 12345]
+
+Every continuous-control agent file defines ``load_policy(checkpoint, envs)``, returning a module
+whose ``act(obs)`` gives the deterministic action (observation normalization included, frozen).
+The checkpoint records which agent file wrote it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+import envs
+from cleanrl_style.checkpoint import load_checkpoint
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@torch.no_grad()
+def evaluate_policy(
+    act: Callable[[torch.Tensor], torch.Tensor],
+    env_id: str,
+    episodes: int = 10,
+    seed: int = 12345,
+    backend: str = "gymnasium",
+    device: str | torch.device = "cpu",
+) -> np.ndarray:
+    """Return the undiscounted returns of ``episodes`` episodes, shape ``(episodes,)``.
+
+    One sub-environment per episode, each counted once: counting the first ``episodes`` episodes
+    to finish would favour short (often failed) episodes.
+    """
+    vec = envs.make(env_id, num_envs=episodes, backend=backend, device=device, seed=seed)
+    returns = torch.full((episodes,), float("nan"))
+    obs, _ = vec.reset()
+    try:
+        while torch.isnan(returns).any():
+            obs, _, _, _, info = vec.step(act(obs))
+            first_finish = info["done"].cpu() & torch.isnan(returns)
+            returns[first_finish] = info["episode_return"].cpu()[first_finish]
+    finally:
+        vec.close()
+    return returns.numpy()
+
+
+def import_agent(agent_file: str):
+    """Import an agent script as a module (its training loop sits under ``__main__`` and does not run)."""
+    path = Path(agent_file)
+    if not path.exists():  # the repository moved since training: look in this checkout's agents/
+        path = REPO_ROOT / "agents" / path.name
+    spec = importlib.util.spec_from_file_location(f"agent_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not hasattr(module, "load_policy"):
+        raise AttributeError(f"{path} defines no load_policy(checkpoint, envs); it cannot be evaluated here.")
+    return module
+
+
+def evaluate_run(run_dir: str, episodes: int = 10, seed: int = 12345, device: str = "cpu") -> np.ndarray:
+    checkpoint = load_checkpoint(run_dir, map_location=device)
+    agent = import_agent(checkpoint["agent_file"])
+    env_id = checkpoint["args"]["env"]
+    probe = envs.make(env_id, num_envs=1, backend="gymnasium", device=device)
+    policy = agent.load_policy(checkpoint, probe)
+    probe.close()
+    policy.eval()  # freezes the running statistics
+    return evaluate_policy(policy.act, env_id, episodes=episodes, seed=seed, device=device)
+
+
+@dataclass
+class EvaluateArgs:
+    run: str
+    """the run folder, runs/<run>"""
+    episodes: int = 10
+    """number of deterministic episodes"""
+    seed: int = 12345
+    """seed of the evaluation environments (differs from training seeds by default)"""
+    device: str = "cpu"
+    """torch device"""
+
+
+def main(argv: list[str] | None = None) -> None:
+    import tyro
+
+    args = tyro.cli(EvaluateArgs, args=argv)
+    returns = evaluate_run(args.run, args.episodes, args.seed, args.device)
+    print(f"{args.run}: return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} episodes")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

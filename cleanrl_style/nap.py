@@ -1,0 +1,94 @@
+"""NaP (Normalize-and-Project, Lyle et al. 2024): keep every layer's weight norm at its initial value.
+
+With LayerNorm before each nonlinearity the network is invariant to the scale of the weights
+feeding a normalized unit, so a growing weight norm silently shrinks the effective learning rate
+(about ``lr / ||W||`` for Adam). Projecting each layer back to its initial Frobenius norm after
+every optimizer step, ``W <- W * ||W_init|| / ||W||``, makes the effective learning rate follow the
+explicit learning-rate schedule instead.
+
+Choices the paper leaves open are options here (REFERENCE.md marks them unconfirmed):
+
+- ``layer_norm``: ``"joint"`` rescales each LayerNorm's ``(gamma, beta)`` together back to their
+  initial joint norm (``sqrt(d)`` for ``gamma = 1, beta = 0``); ``"none"`` leaves them free.
+- ``biases``: ``"none"`` leaves biases free; ``"joint"`` projects ``[W, b]`` together to its initial norm.
+- ``project_output``: whether the output layers (``output_layers``) are projected too. Output
+  layers feed no normalization, so their scale matters to the function; the default leaves them free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass
+class _ProjectedGroup:
+    name: str
+    params: list[nn.Parameter]
+    init_norm: float
+
+
+def _joint_norm(params: list[torch.Tensor]) -> torch.Tensor:
+    return torch.sqrt(sum((p.detach().float() ** 2).sum() for p in params))
+
+
+class NormProjector:
+    """Records each layer's weight norm at construction and projects back to it on :meth:`project`.
+
+    Create it right after initializing ``model``; call :meth:`project` after every
+    ``optimizer.step()``. :meth:`layer_stats` gives the per-layer norms and effective learning
+    rates for logging, whether or not projection is used (the paper's analysis plots both).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        output_layers: tuple[nn.Module, ...] | list[nn.Module] = (),
+        project_output: bool = False,
+        layer_norm: str = "joint",
+        biases: str = "none",
+    ):
+        if layer_norm not in ("joint", "none"):
+            raise ValueError(f"layer_norm must be 'joint' or 'none', got {layer_norm!r}")
+        if biases not in ("joint", "none"):
+            raise ValueError(f"biases must be 'joint' or 'none', got {biases!r}")
+        output_ids = {id(m) for m in output_layers}
+        self.groups: list[_ProjectedGroup] = []
+        self.weights: list[tuple[str, nn.Parameter]] = []  # every linear weight, for stats
+        for name, module in model.named_modules():
+            if isinstance(module, nn.Linear):
+                self.weights.append((name, module.weight))
+                if id(module) in output_ids and not project_output:
+                    continue
+                params = [module.weight]
+                if biases == "joint" and module.bias is not None:
+                    params.append(module.bias)
+                self._add_group(name, params)
+            elif isinstance(module, nn.LayerNorm) and module.elementwise_affine and layer_norm == "joint":
+                params = [p for p in (module.weight, module.bias) if p is not None]
+                self._add_group(name, params)
+
+    def _add_group(self, name: str, params: list[nn.Parameter]) -> None:
+        init_norm = float(_joint_norm(params))
+        if init_norm > 0:  # a zero-initialized group has no scale to return to
+            self.groups.append(_ProjectedGroup(name, params, init_norm))
+
+    @torch.no_grad()
+    def project(self) -> None:
+        """Rescale every recorded group back to its initial norm (in place)."""
+        for group in self.groups:
+            scale = group.init_norm / _joint_norm(group.params).clamp_min(1e-12)
+            for p in group.params:
+                p.mul_(scale.to(p.dtype))
+
+    @torch.no_grad()
+    def layer_stats(self, lr: float) -> dict[str, float]:
+        """``{"nap/norm/<layer>": ||W||, "nap/eff_lr/<layer>": lr / ||W||}`` for every linear weight."""
+        stats: dict[str, float] = {}
+        for name, weight in self.weights:
+            norm = float(weight.detach().float().norm())
+            stats[f"nap/norm/{name}"] = norm
+            stats[f"nap/eff_lr/{name}"] = lr / max(norm, 1e-12)
+        return stats
