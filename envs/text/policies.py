@@ -1,0 +1,220 @@
+"""Scripted policies and trajectory export.
+
+- ``ExpertPolicy`` replays each turn's gold calls in one message, then replies in plain text;
+  it earns reward 1 on every task.
+- ``NoisyPolicy`` acts like the expert but, in a fraction of episodes, makes one realistic
+  mistake in one turn: a wrong argument, a missing call or an extra (state-changing) call.
+  Mixed with expert episodes this gives the successful/failed trajectory mix RC-GRPO's first
+  stage trains on.
+
+A policy maps ``(observation, info)`` to the assistant's message; it reads the gold answer from
+``info["task"]``, which only scripted policies use. ``rollout`` runs one episode and returns a
+``Trajectory``: the chat messages plus the reward and the per-turn verdicts, ready for JSONL.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Protocol
+
+from envs.text.parsing import ToolCall, format_calls
+from envs.text.suites import SUITES
+from envs.text.tasks import Task, Turn
+
+MISTAKE_KINDS = ("wrong_argument", "missing_call", "extra_call")
+_TOOL_SUITE = {tool: name for name, cls in SUITES.items() for tool in cls.tool_names()}
+
+
+class Policy(Protocol):
+    def act(self, observation: list[dict[str, str]], info: dict[str, Any]) -> str: ...
+
+
+def _is_new_episode(observation: list[dict[str, str]]) -> bool:
+    return len(observation) == 2  # system prompt + first user turn: nothing said yet
+
+
+def _plain_reply(turn: Turn) -> str:
+    if turn.kind == "missing_parameter":
+        return "I need one more detail before I can do that. Could you tell me what is missing?"
+    if turn.kind == "missing_function":
+        return "Sorry, none of the tools I have can do that."
+    return "Done."
+
+
+class ExpertPolicy:
+    """Emit the turn's gold calls in one message, then a call-free reply."""
+
+    def calls_for_turn(self, task: Task, turn_index: int) -> list[ToolCall]:
+        return list(task.turns[turn_index].gold_calls)
+
+    def act(self, observation: list[dict[str, str]], info: dict[str, Any]) -> str:
+        task: Task = info["task"]
+        turn = task.turns[info["turn_index"]]
+        if info["steps_in_turn"] == 0:
+            calls = self.calls_for_turn(task, info["turn_index"])
+            if calls:
+                return format_calls(calls)
+        return _plain_reply(turn)
+
+
+def perturb_value(value: Any) -> Any:
+    """A plausible wrong value: a typo'd name, a neighbouring id, an off-by-one number."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, list) and value:
+        return [perturb_value(value[0])] + value[1:]
+    if isinstance(value, str):
+        if value and value[-1].isdigit():  # ids and dates: the neighbouring one
+            return value[:-1] + str((int(value[-1]) + 1) % 10)
+        if value.startswith("/"):  # a path: a near-miss file name
+            head, _, tail = value.rpartition("/")
+            stem, dot, ext = tail.partition(".")
+            return f"{head}/{stem[:-1] or 'x'}{dot}{ext}"
+        return value + "s"
+    return value
+
+
+def distractor_call(suite: str, task: Task) -> ToolCall:
+    """A call that always succeeds and always changes the suite's state (an "extra call" mistake)."""
+    config = task.initial_config[suite]
+    if suite == "filesystem":
+        return ToolCall("write_file", {"path": "/home/user/scratch.txt", "content": "temporary notes"})
+    if suite == "calculator":
+        return ToolCall("memory_add", {"value": 1.0})
+    if suite == "messaging":
+        return ToolCall("send_message", {"contact": sorted(config["contacts"])[0], "text": "ok"})
+    if suite == "bank":
+        return ToolCall("deposit", {"account": sorted(config["accounts"])[0], "amount": 1.0})
+    if suite == "travel":
+        return ToolCall("book_flight", {"flight_id": "FL999", "passenger": "Guest"})
+    raise ValueError(f"no distractor for suite {suite!r}")
+
+
+@dataclass
+class Mistake:
+    """What the noisy policy did wrong, and which check should catch it."""
+
+    turn_index: int
+    kind: str
+    call: dict[str, Any]
+    expected_check: str
+
+
+class NoisyPolicy(ExpertPolicy):
+    """The expert with one realistic mistake in a fraction of episodes.
+
+    Args:
+        mistake_prob: Probability that an episode contains a mistake (0.5 gives a 1:1 mix).
+        kinds: Mistake kinds to draw from (subset of ``MISTAKE_KINDS``).
+        seed: Seed of the policy's own random stream.
+    """
+
+    def __init__(self, mistake_prob: float = 0.5, kinds: Iterable[str] = MISTAKE_KINDS, seed: int = 0) -> None:
+        self.kinds = tuple(kinds)
+        if not self.kinds or set(self.kinds) - set(MISTAKE_KINDS):
+            raise ValueError(f"kinds must be a non-empty subset of {MISTAKE_KINDS}, got {self.kinds}")
+        if not 0.0 <= mistake_prob <= 1.0:
+            raise ValueError(f"mistake_prob must be in [0, 1], got {mistake_prob}")
+        self.mistake_prob = mistake_prob
+        self.rng = random.Random(seed)
+        self.mistakes: list[Mistake] = []  # of the current episode
+        self._plan: tuple[int, str] | None = None
+
+    def _plan_episode(self, task: Task) -> None:
+        self.mistakes = []
+        candidates = [i for i, t in enumerate(task.turns) if t.gold_calls]
+        self._plan = None
+        if candidates and self.rng.random() < self.mistake_prob:
+            self._plan = (self.rng.choice(candidates), self.rng.choice(self.kinds))
+
+    def calls_for_turn(self, task: Task, turn_index: int) -> list[ToolCall]:
+        calls = super().calls_for_turn(task, turn_index)
+        if self._plan is None or self._plan[0] != turn_index:
+            return calls
+        kind = self._plan[1]
+        with_args = [j for j, c in enumerate(calls) if c.arguments]
+        if kind == "wrong_argument" and not with_args:
+            kind = "missing_call"  # nothing to get wrong: forget a call instead
+        if kind == "extra_call":
+            suite = _TOOL_SUITE[self.rng.choice(calls).name]
+            extra = distractor_call(suite, task)
+            calls.append(extra)  # last, so no gold call can overwrite its effect (memory_store after memory_add)
+            self.mistakes.append(Mistake(turn_index, kind, extra.to_dict(), "state"))
+            return calls
+        j = self.rng.choice(with_args) if kind == "wrong_argument" else self.rng.randrange(len(calls))
+        call = calls[j]
+        expected = "response" if SUITES[_TOOL_SUITE[call.name]].is_read_only(call.name) else "state"
+        if kind == "missing_call":
+            del calls[j]
+        else:
+            # Names, ids and paths are the usual slips; change a string argument when there is one.
+            strings = [k for k, v in call.arguments.items() if isinstance(v, str)]
+            key = self.rng.choice(strings) if strings else self.rng.choice(sorted(call.arguments))
+            calls[j] = ToolCall(call.name, {**call.arguments, key: perturb_value(call.arguments[key])})
+        self.mistakes.append(Mistake(turn_index, kind, call.to_dict(), expected))
+        return calls
+
+    def act(self, observation: list[dict[str, str]], info: dict[str, Any]) -> str:
+        if _is_new_episode(observation):
+            self._plan_episode(info["task"])
+        return super().act(observation, info)
+
+
+@dataclass
+class Trajectory:
+    """One finished episode, for training data.
+
+    Attributes:
+        messages: The whole conversation (system, user, assistant, tool messages).
+        reward: Episode reward (1.0 when every turn passed).
+        turn_results: Per-turn verdicts (``TurnResult.to_dict()``), for turn-level credit.
+        mistakes: For the noisy policy, what it did wrong (empty otherwise).
+    """
+
+    task_id: int
+    variant: str
+    suites: list[str]
+    messages: list[dict[str, str]]
+    reward: float
+    truncated: bool
+    turn_results: list[dict[str, Any]]
+    errors: dict[str, int]
+    mistakes: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def rollout(env: Any, policy: Policy, *, seed: int | None = None, options: dict[str, Any] | None = None,
+            max_messages: int = 1000) -> Trajectory:
+    """Run one episode of ``env`` (a ``ToolUseEnv``) with ``policy`` and return it."""
+    observation, info = env.reset(seed=seed, options=options)
+    reward, terminated, truncated = 0.0, False, False
+    for _ in range(max_messages):
+        observation, reward, terminated, truncated, info = env.step(policy.act(observation, info))
+        if terminated or truncated:
+            break
+    task: Task = info["task"]
+    return Trajectory(task_id=task.task_id, variant=task.variant, suites=list(task.suites), messages=observation,
+                      reward=float(reward), truncated=bool(truncated), turn_results=info["turn_results"],
+                      errors=info["errors"], mistakes=[asdict(m) for m in getattr(policy, "mistakes", [])])
+
+
+def save_jsonl(trajectories: Iterable[Trajectory], path: str | Path) -> int:
+    """Write one JSON object per line; returns the number written."""
+    count = 0
+    with open(path, "w", encoding="utf-8") as f:
+        for trajectory in trajectories:
+            f.write(json.dumps(trajectory.to_dict(), ensure_ascii=False) + "\n")
+            count += 1
+    return count
+
+
+def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
