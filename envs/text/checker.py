@@ -52,7 +52,7 @@ class TurnResult:
 
 def state_differences(model: World, gold: World) -> list[str]:
     """``suite.attribute`` names whose values differ between two worlds."""
-    model_state, gold_state = model.state(), gold.state()
+    model_state, gold_state = model.public_state(), gold.public_state()
     return [f"{suite}.{key}" for suite in gold_state for key in gold_state[suite]
             if model_state.get(suite, {}).get(key) != gold_state[suite][key]]
 

@@ -174,7 +174,7 @@ class ToolUseEnv(gym.Env):
             "task": self.task, "task_id": self.task.task_id, "variant": self.task.variant,
             "turn_index": self.turn_index, "num_turns": len(self.task.turns), "steps_in_turn": self.steps_in_turn,
             "errors": dict(self.errors), "num_errors": sum(self.errors.values()), "num_tool_calls": self.num_tool_calls,
-            "turn_results": [r.to_dict() for r in self.checker.results],
+            "turn_results": list(self.turn_verdicts),
         }
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
@@ -183,6 +183,7 @@ class ToolUseEnv(gym.Env):
         self.task = self._pick_task(options)
         self.world: World = self.task.build_world()
         self.checker = TurnChecker(self.task)
+        self.turn_verdicts: list[dict[str, Any]] = []  # TurnResult.to_dict() of each finished turn
         self.errors: Counter[str] = Counter()
         self.num_tool_calls = 0
         self.done = False
@@ -225,11 +226,13 @@ class ToolUseEnv(gym.Env):
             self.steps_in_turn += 1
             if self.steps_in_turn >= self.max_steps_per_turn:
                 result = self.checker.check_turn(self.turn_index, self.world, self.turn_calls, self.turn_results, truncated=True)
-                info_extra["turn_result"] = result.to_dict()
+                self.turn_verdicts.append(result.to_dict())
+                info_extra["turn_result"] = self.turn_verdicts[-1]
                 truncated = True
         else:
             result = self.checker.check_turn(self.turn_index, self.world, self.turn_calls, self.turn_results)
-            info_extra["turn_result"] = result.to_dict()
+            self.turn_verdicts.append(result.to_dict())
+            info_extra["turn_result"] = self.turn_verdicts[-1]
             if self.turn_index + 1 < len(self.task.turns):
                 self._start_turn(self.turn_index + 1)
             else:

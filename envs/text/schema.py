@@ -24,6 +24,7 @@ executor checks.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import types
@@ -39,6 +40,18 @@ _PRIMITIVE_JSON_TYPES: dict[type, str] = {
     bool: "boolean",
     type(None): "null",
 }
+
+
+@functools.lru_cache(maxsize=None)
+def _signature_info(function: Callable[..., Any]) -> tuple[dict[str, Any], dict[str, inspect.Parameter]]:
+    """(type hints, parameters without self) of a plain function; cached, as tools never change."""
+    params = {p.name: p for p in inspect.signature(function).parameters.values() if p.name != "self"}
+    return typing.get_type_hints(function), params
+
+
+def signature_info(method: Callable[..., Any]) -> tuple[dict[str, Any], dict[str, inspect.Parameter]]:
+    """Type hints and parameters of a function or bound method (``self`` excluded)."""
+    return _signature_info(getattr(method, "__func__", method))
 
 
 class SchemaError(ValueError):
@@ -110,12 +123,10 @@ def function_schema(method: Callable[..., Any], name: str | None = None) -> Json
     summary, arg_docs = parse_docstring(method.__doc__)
     if not summary:
         raise SchemaError(f"tool {name!r} has no docstring summary")
-    hints = typing.get_type_hints(method)
+    hints, params = signature_info(method)
     properties: JsonDict = {}
     required: list[str] = []
-    for param in inspect.signature(method).parameters.values():
-        if param.name == "self":
-            continue
+    for param in params.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise SchemaError(f"tool {name!r}: *args/**kwargs cannot be described")
         if param.name not in hints:
@@ -165,8 +176,7 @@ def validate_arguments(method: Callable[..., Any], arguments: Any) -> str | None
     """
     if not isinstance(arguments, dict):
         return f"arguments must be a JSON object, got {type(arguments).__name__}"
-    hints = typing.get_type_hints(method)
-    params = {p.name: p for p in inspect.signature(method).parameters.values() if p.name != "self"}
+    hints, params = signature_info(method)
     unknown = sorted(set(arguments) - set(params))
     if unknown:
         return f"unexpected argument(s) {unknown}; expected some of {sorted(params)}"

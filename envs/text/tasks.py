@@ -118,7 +118,7 @@ def _config_filesystem(rng: random.Random, long: bool) -> dict[str, Any]:
         f"/home/user/docs/report_{rng.randint(1, 9)}.txt": f"Q{rng.randint(1, 4)} report: {_sentence(rng)}",
         "/home/user/docs/ideas.txt": _sentence(rng),
     }
-    log_lines = 400 if long else 12
+    log_lines = 1500 if long else 12
     lines = []
     for i in range(log_lines):
         level = rng.choice(["INFO", "INFO", "WARN", "ERROR"])
@@ -152,7 +152,7 @@ def _config_bank(rng: random.Random, long: bool) -> dict[str, Any]:
     balances = sorted({_money(rng, 300, 9000) for _ in range(len(names) + 2)})  # distinct balances
     rng.shuffle(balances)
     accounts = dict(zip(names, balances))
-    count = 300 if long else rng.randint(2, 5)
+    count = 800 if long else rng.randint(2, 5)
     transactions = [
         {"id": f"T{i + 1:05d}", "kind": rng.choice(["deposit", "withdrawal"]), "account": rng.choice(names),
          "amount": _money(rng, 5, 400), "counterpart": None}
