@@ -58,6 +58,8 @@ def import_agent(agent_file: str):
         path = REPO_ROOT / "agents" / path.name
     spec = importlib.util.spec_from_file_location(f"agent_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
+    # Registered before running it: dataclasses look their module up in sys.modules.
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     if not hasattr(module, "load_policy"):
         raise AttributeError(f"{path} defines no load_policy(checkpoint, envs); it cannot be evaluated here.")
