@@ -192,16 +192,18 @@ class Trajectory:
 
 def rollout(env: Any, policy: Policy, *, seed: int | None = None, options: dict[str, Any] | None = None,
             max_messages: int = 1000) -> Trajectory:
-    """Run one episode of ``env`` (a ``ToolUseEnv``) with ``policy`` and return it."""
+    """Run one episode of ``env`` (``ToolUseEnv`` or ``PythonReasoningEnv``) with ``policy``; return it."""
     observation, info = env.reset(seed=seed, options=options)
     reward, terminated, truncated = 0.0, False, False
     for _ in range(max_messages):
         observation, reward, terminated, truncated, info = env.step(policy.act(observation, info))
         if terminated or truncated:
             break
-    task: Task = info["task"]
-    return Trajectory(task_id=task.task_id, variant=task.variant, suites=list(task.suites), messages=observation,
-                      reward=float(reward), truncated=bool(truncated), turn_results=info["turn_results"],
+    task: Task | None = info.get("task")
+    return Trajectory(task_id=task.task_id if task else int(info.get("problem_id", -1)),
+                      variant=task.variant if task else "python_reasoning",
+                      suites=list(task.suites) if task else ["python"], messages=observation,
+                      reward=float(reward), truncated=bool(truncated), turn_results=info.get("turn_results", []),
                       errors=info["errors"], mistakes=[asdict(m) for m in getattr(policy, "mistakes", [])])
 
 

@@ -1,0 +1,264 @@
+"""``PythonReasoningEnv``: tool-integrated reasoning on problems with verifiable numeric answers.
+
+The model may run Python through one tool, ``python``, executed in :class:`PythonSandbox`; it
+ends the episode with a message without tool calls that contains its answer as
+``\\boxed{...}`` (or ``<answer>...</answer>``). Reward 1 when the answer equals the known one
+(relative tolerance 1e-6), else 0. ``max_tool_turns`` call-making messages truncate the episode.
+
+Observations and actions are chat messages and strings, as in :class:`envs.text.env.ToolUseEnv`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import gymnasium as gym
+
+from envs.text.env import ConversationSpace, Message, MessageSpace, render_tools, tool_message
+from envs.text.parsing import CallParseError, has_tool_call, parse_tool_calls
+from envs.text.sandbox import PythonSandbox, SandboxLimits
+from envs.text.schema import function_schema, validate_arguments
+from envs.text.tasks import split_of
+
+
+def python(code: str) -> str:
+    """Run a Python script in a sandbox and return what it prints (stdout and stderr).
+
+    Args:
+        code: The complete script; use print() to see results. No network, no subprocesses,
+            only the current directory is writable, a few seconds of CPU.
+    """
+    raise NotImplementedError("executed by the environment's sandbox")  # only its schema is used
+
+
+PYTHON_TOOL = function_schema(python)
+
+TIR_SYSTEM_PROMPT = """You are a careful mathematician. You may run Python to compute things.
+
+Tools (JSON schemas):
+<tools>
+{tools}
+</tools>
+
+To run code, write <tool_call>{{"name": "python", "arguments": {{"code": "print(1 + 1)"}}}}</tool_call>
+and the printed output comes back in a tool message. When you know the answer, reply without any
+tool call and put the final number in \\boxed{{...}}."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A question with a numeric answer and a reference program that prints it."""
+
+    problem_id: int
+    question: str
+    answer: float
+    solution_code: str
+
+    @property
+    def split(self) -> str:
+        return split_of(self.problem_id)
+
+
+def _problem(problem_id: int, seed: int) -> Problem:
+    """One problem, a pure function of (problem_id, seed); the answer is computed by running the
+    same reference code in this process (trusted, short)."""
+    rng = random.Random(f"tir/{seed}/{problem_id}")
+    kind = problem_id % 7
+    if kind == 0:
+        n = rng.randint(1000, 20000)
+        question = f"What is the sum of all prime numbers below {n}?"
+        code = (f"n = {n}\nsieve = [True] * n\nsieve[0:2] = [False, False]\n"
+                "for i in range(2, int(n ** 0.5) + 1):\n    if sieve[i]:\n        sieve[i*i::i] = [False] * len(sieve[i*i::i])\n"
+                "print(sum(i for i in range(n) if sieve[i]))")
+    elif kind == 1:
+        n = rng.randint(10_000, 2_000_000)
+        question = f"How many positive divisors does {n} have?"
+        code = f"n = {n}\nprint(sum(1 for d in range(1, n + 1) if n % d == 0))"
+    elif kind == 2:
+        k, m = rng.randint(100, 5000), rng.choice([997, 1009, 10007, 65537])
+        question = f"With F(1) = F(2) = 1 and F(n) = F(n-1) + F(n-2), what is F({k}) modulo {m}?"
+        code = f"a, b = 1, 1\nfor _ in range({k} - 2):\n    a, b = b, (a + b) % {m}\nprint(b % {m})"
+    elif kind == 3:
+        a, b = rng.randint(2, 9), rng.randint(50, 400)
+        question = f"What is the sum of the decimal digits of {a}^{b}?"
+        code = f"print(sum(int(c) for c in str({a} ** {b})))"
+    elif kind == 4:
+        n, a, b = rng.randint(1000, 10**6), rng.randint(3, 20), rng.randint(3, 20)
+        question = f"How many integers from 1 to {n} inclusive are divisible by {a} or by {b}?"
+        code = f"print(sum(1 for i in range(1, {n} + 1) if i % {a} == 0 or i % {b} == 0))"
+    elif kind == 5:
+        p, r, y = rng.randint(1000, 50000), rng.choice([1.5, 2.5, 3.0, 4.25, 5.0, 7.5]), rng.randint(3, 30)
+        question = f"{p} dollars are invested at {r}% per year, compounded annually. What are they worth after {y} years, rounded to cents?"
+        code = f"print(round({p} * (1 + {r} / 100) ** {y}, 2))"
+    else:
+        n, k = rng.randint(20, 60), rng.randint(3, 10)
+        question = f"In how many ways can {k} items be chosen from {n} distinct items, if order does not matter?"
+        code = f"import math\nprint(math.comb({n}, {k}))"
+    namespace: dict[str, Any] = {}
+    printed: list[str] = []
+    exec(code.replace("print(", "_print("), {"_print": lambda v: printed.append(str(v)), **namespace})  # noqa: S102  (our own code)
+    return Problem(problem_id=problem_id, question=question, answer=float(printed[-1]), solution_code=code)
+
+
+class ProblemSet:
+    """Problems ``0 .. num_problems-1`` for a seed, optionally one split only."""
+
+    def __init__(self, num_problems: int = 700, seed: int = 0, split: str | None = None) -> None:
+        if split not in (None, "train", "test"):
+            raise ValueError(f"split must be 'train', 'test' or None, got {split!r}")
+        self.seed = seed
+        self.problem_ids = [i for i in range(num_problems) if split is None or split_of(i) == split]
+        if not self.problem_ids:
+            raise ValueError("no problems in this split")
+        self._cache: dict[int, Problem] = {}
+
+    def __len__(self) -> int:
+        return len(self.problem_ids)
+
+    def get(self, problem_id: int) -> Problem:
+        if problem_id not in self._cache:
+            self._cache[problem_id] = _problem(problem_id, self.seed)
+        return self._cache[problem_id]
+
+    def __iter__(self):
+        return (self.get(i) for i in self.problem_ids)
+
+
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def extract_answer(message: str) -> float | None:
+    """The last ``\\boxed{...}`` or ``<answer>...</answer>`` value as a number, else None."""
+    found = _BOXED.findall(message) + _ANSWER_TAG.findall(message)
+    if not found:
+        return None
+    text = found[-1].strip().replace(",", "").replace("$", "").replace(" ", "")
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def is_correct(predicted: float | None, answer: float) -> bool:
+    return predicted is not None and math.isclose(predicted, answer, rel_tol=1e-6, abs_tol=1e-6)
+
+
+class PythonReasoningEnv(gym.Env):
+    """Numeric problems with a sandboxed ``python`` tool.
+
+    Args:
+        problems: A ``ProblemSet`` or list of ``Problem``; built from the arguments below if None.
+        split, num_problems, seed: Used to build the problem set.
+        max_tool_turns: Call-making messages allowed before truncation.
+        limits: Sandbox limits (CPU, wall, memory, output size).
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, problems: ProblemSet | Sequence[Problem] | None = None, *, split: str | None = "train",
+                 num_problems: int = 700, seed: int = 0, max_tool_turns: int = 8, limits: SandboxLimits | None = None,
+                 system_prompt: str = TIR_SYSTEM_PROMPT) -> None:
+        if max_tool_turns < 1:
+            raise ValueError(f"max_tool_turns must be >= 1, got {max_tool_turns}")
+        self.problems = problems if problems is not None else ProblemSet(num_problems, seed, split)
+        self.max_tool_turns = max_tool_turns
+        self.sandbox = PythonSandbox(limits)
+        self.system_prompt = system_prompt
+        self.observation_space = ConversationSpace()
+        self.action_space = MessageSpace()
+        self.problem: Problem | None = None
+        self.tools = [PYTHON_TOOL]
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
+        """Start an episode; ``options``: ``{"problem_id": int}`` or ``{"problem": Problem}``."""
+        super().reset(seed=seed)
+        options = options or {}
+        if "problem" in options:
+            self.problem = options["problem"]
+        elif "problem_id" in options:
+            self.problem = self.problems.get(int(options["problem_id"])) if isinstance(self.problems, ProblemSet) else \
+                next(p for p in self.problems if p.problem_id == int(options["problem_id"]))
+        else:
+            pool = self.problems.problem_ids if isinstance(self.problems, ProblemSet) else list(range(len(self.problems)))
+            pick = pool[int(self.np_random.integers(len(pool)))]
+            self.problem = self.problems.get(pick) if isinstance(self.problems, ProblemSet) else self.problems[pick]
+        self.messages: list[Message] = [
+            {"role": "system", "content": self.system_prompt.format(tools=render_tools(self.tools))},
+            {"role": "user", "content": self.problem.question},
+        ]
+        self.tool_turns = 0
+        self.errors: dict[str, int] = {}
+        self.sandbox_runs = 0
+        self.sandbox_kills = 0
+        self.done = False
+        return list(self.messages), self._info()
+
+    def _info(self) -> dict[str, Any]:
+        assert self.problem is not None
+        return {"problem": self.problem, "problem_id": self.problem.problem_id, "tool_turns": self.tool_turns,
+                "errors": dict(self.errors), "num_errors": sum(self.errors.values()),
+                "sandbox_runs": self.sandbox_runs, "sandbox_kills": self.sandbox_kills}
+
+    def _count(self, kind: str) -> None:
+        self.errors[kind] = self.errors.get(kind, 0) + 1
+
+    def _run_calls(self, action: str) -> None:
+        for item in parse_tool_calls(action):
+            if isinstance(item, CallParseError):
+                self._count("parse")
+                self.messages.append(tool_message("error", {"error": item.reason}, 20_000))
+                continue
+            if item.name != "python":
+                self._count("unknown_tool")
+                self.messages.append(tool_message(item.name, {"name": item.name, "error": f"unknown tool {item.name!r}; the only tool is 'python'"}, 20_000))
+                continue
+            problem = validate_arguments(python, item.arguments)
+            if problem:
+                self._count("bad_arguments")
+                self.messages.append(tool_message("python", {"name": "python", "error": problem}, 20_000))
+                continue
+            result = self.sandbox.run(item.arguments["code"])
+            self.sandbox_runs += 1
+            if result.killed_reason:
+                self.sandbox_kills += 1
+            if not result.ok:
+                self._count("tool_error")
+            self.messages.append({"role": "tool", "name": "python", "content": result.to_text()})
+
+    def step(self, action: str) -> tuple[list[Message], float, bool, bool, dict[str, Any]]:
+        if self.problem is None:
+            raise RuntimeError("call reset() before step()")
+        if self.done:
+            raise RuntimeError("the episode is over; call reset()")
+        if not isinstance(action, str):
+            action = str(action)
+        self.messages.append({"role": "assistant", "content": action})
+        if has_tool_call(action):
+            self._run_calls(action)
+            self.tool_turns += 1
+            truncated = self.tool_turns >= self.max_tool_turns
+            self.done = truncated
+            info = self._info() | ({"success": False} if truncated else {})
+            return list(self.messages), 0.0, False, truncated, info
+        predicted = extract_answer(action)
+        correct = is_correct(predicted, self.problem.answer)
+        self.done = True
+        return list(self.messages), float(correct), True, False, self._info() | {"predicted": predicted, "success": correct}
+
+
+class PythonReasoningExpert:
+    """Runs the reference program, then boxes the number it printed (reward 1 when the sandbox works)."""
+
+    def act(self, observation: list[Message], info: dict[str, Any]) -> str:
+        if info["tool_turns"] == 0:
+            code = info["problem"].solution_code
+            return "Let me compute it.\n<tool_call>" + json.dumps({"name": "python", "arguments": {"code": code}}) + "</tool_call>"
+        last_output = observation[-1]["content"].strip().splitlines()
+        return f"The answer is \\boxed{{{last_output[-1] if last_output else ''}}}."
