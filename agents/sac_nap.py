@@ -1,0 +1,346 @@
+"""SAC with Normalize-and-Project (NaP) for continuous control.
+
+    python agents/sac_nap.py --env Hopper
+    python agents/sac_nap.py --env Hopper --no-nap --no-layer-norm --no-anneal-lr   # plain SAC
+
+Soft actor-critic with automatic temperature, a pair of Q-networks with the clipped double-Q
+target, CleanRL's ``sac_continuous_action.py`` defaults (256x256 ReLU networks, Adam at 3e-4 for
+the actor and 1e-3 for the critics, batch 256, 5,000 random steps, tau 0.005, 1M buffer). NaP
+(Lyle et al., 2024) puts a LayerNorm before every nonlinearity and, after every optimizer step,
+projects each layer's weights back to their initial norm, so an explicit learning-rate schedule is
+the only schedule of the effective learning rate. ``--no-nap`` / ``--no-layer-norm`` give the
+ablations from the same file.
+
+The two critics are one ``Ensemble``: stacked weights, one batched (vmapped) call for both.
+
+Choices made here (the papers leave them open):
+- NaP: each critic member is projected to its own initial norms; the output layers stay free and
+  LayerNorm (gamma, beta) are projected jointly (flags as in ``ppo_nap.py``). The target critic is
+  not projected: it is a Polyak average of projected weights. The temperature is not projected.
+- ``--anneal-lr`` (default on) decays both learning rates linearly to 0, the explicit schedule the
+  NaP paper pairs with projection on stationary tasks.
+- The actor is updated every gradient step (CleanRL delays it by 2 steps and then does 2 updates;
+  the number of actor updates is the same).
+- Observations are normalized by running statistics (``--obs-norm``, saved in checkpoints); the
+  statistics update from every environment step, random warm-up included.
+- Truncated episodes bootstrap from the true final observation (``info["final_obs"]``); only
+  termination stops the bootstrap.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import tyro
+from torch import nn
+
+import envs
+from cleanrl_style import NormProjector, Run, RunArgs, RunningNorm, mlp
+from cleanrl_style.ensemble import Ensemble
+from cleanrl_style.evaluate import evaluate_policy
+from cleanrl_style.replay import Batch, ReplayBuffer
+
+
+@dataclass
+class Args(RunArgs):
+    env: str = "Hopper"
+    """environment: a short name (Humanoid, Ant, Hopper, ...) or any registered Gymnasium id"""
+    buffer_size: int = 1_000_000
+    """replay capacity in transitions"""
+    gamma: float = 0.99
+    """discount factor"""
+    tau: float = 0.005
+    """Polyak rate of the target critics"""
+    batch_size: int = 256
+    """minibatch size of each gradient step"""
+    learning_starts: int = 5_000
+    """environment steps of uniformly random actions before learning starts"""
+    updates_per_step: float = 1.0
+    """gradient steps per environment step (update-to-data ratio)"""
+    policy_lr: float = 3e-4
+    """Adam learning rate of the actor and the temperature"""
+    q_lr: float = 1e-3
+    """Adam learning rate of the critics"""
+    anneal_lr: bool = True
+    """decay the learning rates linearly to 0 over training (the explicit schedule NaP relies on)"""
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    """hidden widths of the actor and of each critic"""
+    num_critics: int = 2
+    """critics in the ensemble; the target takes their minimum (clipped double-Q)"""
+    alpha: float = 0.2
+    """initial entropy temperature"""
+    autotune: bool = True
+    """tune the temperature towards the target entropy -|A|"""
+    log_std_min: float = -5.0
+    """lower bound of the policy log-std"""
+    log_std_max: float = 2.0
+    """upper bound of the policy log-std"""
+    layer_norm: bool = True
+    """LayerNorm before every nonlinearity (--no-layer-norm removes it)"""
+    nap: bool = True
+    """project every layer back to its initial weight norm after each optimizer step (--no-nap removes it)"""
+    nap_layer_norm: str = "joint"
+    """NaP treatment of LayerNorm (gamma, beta): joint (rescale together to their initial norm) or none"""
+    nap_biases: str = "none"
+    """NaP treatment of biases: none (free) or joint (projected together with their weight)"""
+    nap_project_output: bool = False
+    """also project the output layers (they feed no normalization, so by default they stay free)"""
+    obs_norm: bool = True
+    """normalize observations with running statistics (saved in checkpoints)"""
+    save_buffer: bool = False
+    """put the replay buffer in the checkpoints, so a resumed run keeps its data (large files)"""
+    log_every: int = 1_000
+    """log losses and NaP statistics every this many environment steps"""
+
+
+# ---------------------------------------------------------------------------------------------
+# Networks
+# ---------------------------------------------------------------------------------------------
+class Actor(nn.Module):
+    """Tanh-squashed Gaussian policy; input normalized observations ``(B, obs_dim)``."""
+
+    def __init__(self, obs_dim: int, act_dim: int, args: Args):
+        super().__init__()
+        self.net = mlp(obs_dim, args.hidden_sizes, 2 * act_dim, nn.ReLU, args.layer_norm, output_gain=0.01)
+        self.log_std_min, self.log_std_max = args.log_std_min, args.log_std_max
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, raw_log_std = self.net(x).chunk(2, dim=-1)
+        # Smooth map of the raw output onto [log_std_min, log_std_max].
+        log_std = self.log_std_min + (self.log_std_max - self.log_std_min) * 0.5 * (1 + torch.tanh(raw_log_std))
+        return mean, log_std
+
+
+class SoftActorCritic(nn.Module):
+    """Actor, critic ensemble, target critics and temperature; observation statistics included.
+
+    Actions are produced in the env's bounds: ``a = bias + scale * tanh(u)``.
+    """
+
+    def __init__(self, obs_dim: int, act_dim: int, action_low: torch.Tensor, action_high: torch.Tensor, args: Args):
+        super().__init__()
+        self.obs_norm = RunningNorm(obs_dim)
+        self.actor = Actor(obs_dim, act_dim, args)
+        self.critic = Ensemble(
+            lambda: mlp(obs_dim + act_dim, args.hidden_sizes, 1, nn.ReLU, args.layer_norm, output_gain=1.0),
+            args.num_critics,
+        )
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(args.alpha)))
+        self.register_buffer("action_scale", (action_high - action_low) / 2)
+        self.register_buffer("action_bias", (action_high + action_low) / 2)
+
+    def sample(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterized action and its log-probability ``(B,)`` for normalized observations."""
+        mean, log_std = self.actor(x)
+        std = log_std.exp()
+        u = mean + std * torch.randn_like(mean)
+        y = torch.tanh(u)
+        log_prob = (-0.5 * ((u - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        # Change of variables through tanh and the scaling to the action bounds.
+        log_prob = log_prob - torch.log(self.action_scale * (1 - y.pow(2)) + 1e-6).sum(-1)
+        return self.action_bias + self.action_scale * y, log_prob
+
+    def q_values(self, x: torch.Tensor, action: torch.Tensor, target: bool = False, detach_params: bool = False):
+        """Every critic at (normalized obs, action): ``(num_critics, B)``."""
+        critic = self.critic_target if target else self.critic
+        return critic(torch.cat([x, action], -1), detach_params=detach_params).squeeze(-1)
+
+    @torch.no_grad()
+    def explore(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.sample(self.obs_norm(obs))[0]
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        """Deterministic action ``bias + scale * tanh(mean)`` for raw observations (evaluation)."""
+        mean, _ = self.actor(self.obs_norm(obs))
+        return self.action_bias + self.action_scale * torch.tanh(mean)
+
+
+def soft_q_target(
+    rewards: torch.Tensor, terminated: torch.Tensor, next_q: torch.Tensor, next_log_prob: torch.Tensor,
+    alpha: torch.Tensor, gamma: float,
+) -> torch.Tensor:
+    """``r + gamma * (1 - terminated) * (min_k Q'_k(s', a') - alpha * log pi(a'|s'))``, shape ``(B,)``.
+
+    ``next_q`` ``(num_critics, B)`` is evaluated at the true next observation, which for a
+    truncated episode is its final observation: truncation bootstraps, termination does not.
+    """
+    return rewards + gamma * (1.0 - terminated) * (next_q.min(0).values - alpha * next_log_prob)
+
+
+# ---------------------------------------------------------------------------------------------
+# One gradient step
+# ---------------------------------------------------------------------------------------------
+class Learner:
+    """Optimizers, NaP projectors and the target entropy of a :class:`SoftActorCritic`."""
+
+    def __init__(self, agent: SoftActorCritic, args: Args):
+        self.agent, self.args = agent, args
+        self.actor_opt = torch.optim.Adam(agent.actor.parameters(), lr=args.policy_lr, fused=True)
+        self.critic_opt = torch.optim.Adam(agent.critic.parameters(), lr=args.q_lr, fused=True)
+        self.alpha_opt = torch.optim.Adam([agent.log_alpha], lr=args.policy_lr)
+        self.target_entropy = -float(agent.action_scale.numel())
+        nap = dict(project_output=args.nap_project_output, layer_norm=args.nap_layer_norm, biases=args.nap_biases)
+        critic_members = agent.critic.members()
+        self.actor_nap = NormProjector(agent.actor, [agent.actor.net[-1]], **nap)
+        self.critic_nap = NormProjector(critic_members, [m[-1] for m in critic_members], **nap)
+
+    def set_lr_fraction(self, frac: float) -> None:
+        self.actor_opt.param_groups[0]["lr"] = frac * self.args.policy_lr
+        self.alpha_opt.param_groups[0]["lr"] = frac * self.args.policy_lr
+        self.critic_opt.param_groups[0]["lr"] = frac * self.args.q_lr
+
+    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """Critic step, actor step, temperature step, then the Polyak update of the target critics."""
+        agent, args = self.agent, self.args
+        obs, next_obs = agent.obs_norm(batch.obs), agent.obs_norm(batch.next_obs)
+        alpha = agent.log_alpha.exp().detach()
+
+        with torch.no_grad():
+            next_action, next_log_prob = agent.sample(next_obs)
+            next_q = agent.q_values(next_obs, next_action, target=True)
+            target = soft_q_target(batch.rewards, batch.terminated, next_q, next_log_prob, alpha, args.gamma)
+        q = agent.q_values(obs, batch.actions)
+        qf_loss = ((q - target) ** 2).mean(1).sum()
+        self.critic_opt.zero_grad(set_to_none=True)
+        qf_loss.backward()
+        self.critic_opt.step()
+        if args.nap:
+            self.critic_nap.project()
+
+        action, log_prob = agent.sample(obs)
+        q_pi = agent.q_values(obs, action, detach_params=True).min(0).values
+        actor_loss = (alpha * log_prob - q_pi).mean()
+        self.actor_opt.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_opt.step()
+        if args.nap:
+            self.actor_nap.project()
+
+        alpha_loss = -(agent.log_alpha.exp() * (log_prob.detach() + self.target_entropy)).mean()
+        if args.autotune:
+            self.alpha_opt.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_opt.step()
+
+        with torch.no_grad():
+            torch._foreach_lerp_(list(agent.critic_target.parameters()), list(agent.critic.parameters()), args.tau)
+        return {
+            "losses/qf_loss": qf_loss.detach(), "losses/qf_values": q.detach().mean(),
+            "losses/actor_loss": actor_loss.detach(), "losses/alpha": alpha, "losses/alpha_loss": alpha_loss.detach(),
+        }
+
+    def layer_stats(self) -> dict[str, float]:
+        return {
+            **{k.replace("nap/norm/", "nap/norm/actor.").replace("nap/eff_lr/", "nap/eff_lr/actor."): v
+               for k, v in self.actor_nap.layer_stats(self.actor_opt.param_groups[0]["lr"]).items()},
+            **{k.replace("nap/norm/", "nap/norm/critic.").replace("nap/eff_lr/", "nap/eff_lr/critic."): v
+               for k, v in self.critic_nap.layer_stats(self.critic_opt.param_groups[0]["lr"]).items()},
+        }
+
+    def state_dict(self) -> dict:
+        return {
+            "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
+            "alpha_opt": self.alpha_opt.state_dict(),
+            "actor_nap": self.actor_nap.state_dict(), "critic_nap": self.critic_nap.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.alpha_opt.load_state_dict(state["alpha_opt"])
+        self.actor_nap.load_state_dict(state["actor_nap"])
+        self.critic_nap.load_state_dict(state["critic_nap"])
+
+
+def load_policy(checkpoint: dict, vec_env: envs.TorchVectorEnv) -> SoftActorCritic:
+    args = Args(**{k: tuple(v) if isinstance(v, list) else v for k, v in checkpoint["args"].items()})
+    agent = SoftActorCritic(
+        vec_env.single_observation_space.shape[0], vec_env.single_action_space.shape[0],
+        vec_env.action_low.cpu(), vec_env.action_high.cpu(), args,
+    )
+    agent.load_state_dict(checkpoint["agent"])
+    return agent
+
+
+if __name__ == "__main__":
+    run = Run(tyro.cli(Args), agent_file=__file__)
+    args, device = run.args, run.device
+
+    vec_env = envs.make(args.env, args.num_envs, backend=args.backend, device=device, seed=args.seed + run.start_step)
+    obs_dim = vec_env.single_observation_space.shape[0]
+    act_dim = vec_env.single_action_space.shape[0]
+    agent = SoftActorCritic(obs_dim, act_dim, vec_env.action_low, vec_env.action_high, args).to(device)
+    learner = Learner(agent, args)
+    rb = ReplayBuffer(args.buffer_size, (obs_dim,), (act_dim,), device=device)
+    updates_from = args.learning_starts
+    if run.checkpoint is not None:
+        agent.load_state_dict(run.checkpoint["agent"])
+        learner.load_state_dict(run.checkpoint["learner"])
+        if "buffer" in run.checkpoint:
+            rb.load_state_dict(run.checkpoint["buffer"])
+        else:  # without saved data, refill the buffer (with the current policy) before updating again
+            updates_from = run.start_step + args.learning_starts
+    updates_per_vector_step = max(1, round(args.updates_per_step * args.num_envs))
+
+    global_step = run.start_step
+    obs, _ = vec_env.reset()
+    if args.obs_norm:
+        agent.obs_norm.update(obs)
+    recent_returns: list[float] = []
+    losses: dict[str, torch.Tensor] = {}
+    while global_step < args.total_timesteps:
+        # ---- act and store -----------------------------------------------------------------------
+        if global_step < args.learning_starts:
+            action = vec_env.action_low + (vec_env.action_high - vec_env.action_low) * torch.rand(
+                (args.num_envs, act_dim), device=device)
+        else:
+            action = agent.explore(obs)
+        next_obs, reward, terminated, truncated, info = vec_env.step(action)
+        if args.obs_norm:
+            agent.obs_norm.update(next_obs)
+        rb.add(obs, action, reward, info["final_obs"], terminated, truncated)
+        obs = next_obs
+        global_step += args.num_envs
+
+        done = info["done"]
+        if done.any():
+            returns = info["episode_return"][done]
+            recent_returns = (recent_returns + returns.tolist())[-20:]
+            run.log(global_step, {
+                "charts/episodic_return": returns.mean().item(),
+                "charts/episodic_length": info["episode_length"][done].float().mean().item(),
+            })
+
+        # ---- learn -------------------------------------------------------------------------------
+        if global_step >= updates_from and len(rb) >= args.batch_size:
+            if args.anneal_lr:
+                learner.set_lr_fraction(1.0 - global_step / args.total_timesteps)
+            for _ in range(updates_per_vector_step):
+                losses = learner.update(rb.sample(args.batch_size))
+
+        # ---- logging and checkpoints -------------------------------------------------------------
+        if global_step % args.log_every < args.num_envs:
+            sps = run.sps(global_step)
+            metrics = {"charts/SPS": sps, "charts/learning_rate": learner.critic_opt.param_groups[0]["lr"]}
+            metrics.update({k: v.item() for k, v in losses.items()})
+            if losses:
+                metrics.update(learner.layer_stats())
+            run.log(global_step, metrics)
+            run.progress(global_step, np.mean(recent_returns) if recent_returns else None, sps)
+        if run.checkpoint_due(global_step) or global_step >= args.total_timesteps:
+            extra = {"buffer": rb.state_dict()} if args.save_buffer else {}
+            run.save(global_step, agent=agent.state_dict(), learner=learner.state_dict(), **extra)
+    vec_env.close()
+
+    if args.eval_episodes > 0:
+        agent.eval()
+        eval_returns = evaluate_policy(agent.act, args.env, args.eval_episodes, seed=args.seed + 10_000, device=device)
+        run.log(global_step, {"eval/return_mean": eval_returns.mean(), "eval/return_std": eval_returns.std()})
+        print(f"evaluation over {args.eval_episodes} episodes: {eval_returns.mean():.1f} +- {eval_returns.std():.1f}")
+    run.close()
