@@ -20,6 +20,7 @@ refusing a call all produce an error tool message, and ``info["errors"]`` counts
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from typing import Any, Sequence
@@ -78,6 +79,13 @@ class ConversationSpace(gym.Space):
 def render_tools(schemas: list[dict[str, Any]]) -> str:
     """One JSON schema per line, in the ``{"type": "function", "function": ...}`` layout."""
     return "\n".join(json.dumps({"type": "function", "function": s}, ensure_ascii=False) for s in schemas)
+
+
+@functools.lru_cache(maxsize=4096)
+def _system_prompt(template: str, suite_types: tuple[type, ...], available: frozenset[str]) -> str:
+    """The system prompt for a set of suites and available tools (cached: resets are frequent)."""
+    schemas = [s for t in suite_types for s in t.tool_schemas() if s["name"] in available]
+    return template.format(tools=render_tools(schemas))
 
 
 def tool_message(name: str, payload: dict[str, Any], max_chars: int) -> Message:
@@ -188,7 +196,8 @@ class ToolUseEnv(gym.Env):
         self.num_tool_calls = 0
         self.done = False
         first_available = self.task.available_tools(0, self.world)
-        self.messages = [{"role": "system", "content": self.system_prompt.format(tools=render_tools(self.world.schemas(first_available)))}]
+        suite_types = tuple(type(suite) for suite in self.world.suites.values())
+        self.messages = [{"role": "system", "content": _system_prompt(self.system_prompt, suite_types, frozenset(first_available))}]
         self._start_turn(0)
         return list(self.messages), self._info()
 

@@ -19,7 +19,6 @@ Everything is a pure function of ``(seed, task_id)``; ``split_of(task_id)`` neve
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import random
 from dataclasses import asdict, dataclass, field
@@ -27,6 +26,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from envs.text.parsing import ToolCall
 from envs.text.suites import SUITES, World
+from envs.text.suites.base import copy_plain_data
 
 VARIANTS = ("base", "missing_function", "missing_parameter", "long_context")
 DEFAULT_SUITE_GROUPS: tuple[tuple[str, ...], ...] = (
@@ -559,7 +559,7 @@ def generate_task(task_id: int, suites: Sequence[str] = ("bank",), variant: str 
         turns[i:i + 1] = [Turn(turns[i].user, [], kind="missing_function"),
                           Turn("You now have the tool you were missing. Please go ahead with my last request.",
                                list(turns[i].gold_calls), released_tools=[tool], kind="follow_up")]
-    return Task(task_id=task_id, seed=seed, suites=suites, variant=variant, initial_config=copy.deepcopy(config),
+    return Task(task_id=task_id, seed=seed, suites=suites, variant=variant, initial_config=copy_plain_data(config),
                 turns=turns, withheld_tools=withheld)
 
 

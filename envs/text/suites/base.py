@@ -66,6 +66,8 @@ class ToolSuite:
     @classmethod
     def tool_names(cls) -> list[str]:
         """Names of the public methods that are tools, in definition order (base classes first)."""
+        if cls in _TOOL_NAMES_CACHE:
+            return list(_TOOL_NAMES_CACHE[cls])
         names: list[str] = []
         for klass in reversed(cls.__mro__):
             if not (isinstance(klass, type) and issubclass(klass, ToolSuite)) or klass is ToolSuite:
@@ -73,6 +75,7 @@ class ToolSuite:
             for n, member in vars(klass).items():
                 if not n.startswith("_") and inspect.isfunction(member) and n not in _NOT_TOOLS and n not in names:
                     names.append(n)
+        _TOOL_NAMES_CACHE[cls] = tuple(names)
         return names
 
     @classmethod
@@ -80,7 +83,7 @@ class ToolSuite:
         """One JSON function schema per tool (see :mod:`envs.text.schema`); a fresh copy each call."""
         if cls not in _SCHEMA_CACHE:
             _SCHEMA_CACHE[cls] = [function_schema(getattr(cls, n)) for n in cls.tool_names()]
-        return copy.deepcopy(_SCHEMA_CACHE[cls])
+        return copy_plain_data(_SCHEMA_CACHE[cls])
 
     @classmethod
     def is_read_only(cls, tool_name: str) -> bool:
@@ -106,7 +109,8 @@ class ToolSuite:
         return f"{type(self).__name__}({self.state()!r})"
 
 
-_SCHEMA_CACHE: dict[type, list[JsonDict]] = {}
+_SCHEMA_CACHE: dict[type, list[JsonDict]] = {}  # tools never change after class creation
+_TOOL_NAMES_CACHE: dict[type, tuple[str, ...]] = {}
 _NOT_TOOLS = {"default_config", "tool_names", "tool_schemas", "is_read_only", "state", "public_state"}
 
 
