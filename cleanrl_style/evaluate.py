@@ -17,6 +17,7 @@ from typing import Callable
 
 import numpy as np
 import torch
+import tyro
 
 import envs
 from cleanrl_style.checkpoint import load_checkpoint
@@ -79,7 +80,7 @@ def evaluate_run(run_dir: str, episodes: int = 10, seed: int = 12345, device: st
 
 @dataclass
 class EvaluateArgs:
-    run: str
+    run: tyro.conf.Positional[str]
     """the run folder, runs/<run>"""
     episodes: int = 10
     """number of deterministic episodes"""
@@ -90,8 +91,6 @@ class EvaluateArgs:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import tyro
-
     args = tyro.cli(EvaluateArgs, args=argv)
     returns = evaluate_run(args.run, args.episodes, args.seed, args.device)
     print(f"{args.run}: return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} episodes")

@@ -83,6 +83,17 @@ class NormProjector:
             for p in group.params:
                 p.mul_(scale.to(p.dtype))
 
+    def state_dict(self) -> dict[str, float]:
+        """Initial norms by group name: saved in checkpoints so a resumed run projects to the same norms."""
+        return {group.name: group.init_norm for group in self.groups}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        names = {group.name for group in self.groups}
+        if set(state) != names:
+            raise ValueError(f"NaP state has groups {sorted(state)}, this model has {sorted(names)}")
+        for group in self.groups:
+            group.init_norm = float(state[group.name])
+
     @torch.no_grad()
     def layer_stats(self, lr: float) -> dict[str, float]:
         """``{"nap/norm/<layer>": ||W||, "nap/eff_lr/<layer>": lr / ||W||}`` for every linear weight."""

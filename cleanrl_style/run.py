@@ -46,8 +46,9 @@ class RunArgs:
     """total environment steps, summed over sub-environments"""
     device: str = "cpu"
     """torch device for the networks and the environment tensors (cpu, cuda, cuda:1, ...)"""
-    torch_threads: int = 0
-    """torch CPU threads; 0 keeps torch's default"""
+    torch_threads: int = 1
+    """torch CPU threads (0: torch's default). One is fastest for small networks: more threads
+    oversubscribe the cores the environments need and slow an update by 10x or more"""
     exp_name: str = ""
     """experiment name in the run folder's name; default: the agent file's name"""
     run_dir: str = ""
