@@ -1,0 +1,308 @@
+"""PPO with Normalize-and-Project (NaP) for continuous control.
+
+    python agents/ppo_nap.py --env Humanoid
+    python agents/ppo_nap.py --env Humanoid --no-nap --no-layer-norm     # the plain PPO baseline
+
+PPO-clip with GAE as in CleanRL's ``ppo_continuous_action.py`` (its MuJoCo defaults: a batch of
+2,048 steps, 32 minibatches, 10 epochs, lr 3e-4 decayed linearly, observation and reward
+normalization, 64x64 tanh networks), here collected from 8 sub-environments x 256 steps. NaP
+(Lyle et al., 2024) adds LayerNorm before every nonlinearity and, after every optimizer step,
+projects each layer's weights back to their initial norm, so the linear learning-rate decay is the
+only schedule of the effective learning rate. ``--no-nap`` and ``--no-layer-norm`` give the
+ablations of the paper from the same file.
+
+Differences from CleanRL, all fixes: truncated episodes bootstrap from ``V(final_obs)`` instead of
+being treated as terminal; the normalizer statistics are saved with the model (evaluation uses
+them); runs resume from their last checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import tyro
+from torch import nn
+from torch.distributions.normal import Normal
+
+import envs
+from cleanrl_style import NormProjector, RewardScaler, Run, RunArgs, RunningNorm, mlp
+from cleanrl_style.evaluate import evaluate_policy
+
+
+@dataclass
+class Args(RunArgs):
+    env: str = "Humanoid"
+    """environment: a short name (Humanoid, Ant, Hopper, ...) or any registered Gymnasium id"""
+    num_envs: int = 8
+    """number of parallel sub-environments"""
+    total_timesteps: int = 1_000_000
+    """total environment steps, summed over sub-environments"""
+    learning_rate: float = 3e-4
+    """Adam learning rate at the start of training"""
+    anneal_lr: bool = True
+    """decay the learning rate linearly to 0 (NaP's explicit effective-learning-rate schedule)"""
+    num_steps: int = 256
+    """steps per sub-environment per rollout (batch = num_envs * num_steps)"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """GAE lambda"""
+    num_minibatches: int = 32
+    """minibatches per epoch"""
+    update_epochs: int = 10
+    """epochs over each batch"""
+    norm_adv: bool = True
+    """normalize advantages per minibatch"""
+    clip_coef: float = 0.2
+    """PPO surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """clip the value loss as in the PPO implementation details"""
+    ent_coef: float = 0.0
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clipping"""
+    target_kl: float | None = None
+    """stop the epochs of an update early when the approximate KL exceeds this"""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """hidden widths of the actor and the critic"""
+    layer_norm: bool = True
+    """LayerNorm before every nonlinearity (--no-layer-norm removes it)"""
+    nap: bool = True
+    """project every layer back to its initial weight norm after each optimizer step (--no-nap removes it)"""
+    nap_layer_norm: str = "joint"
+    """NaP treatment of LayerNorm (gamma, beta): joint (rescale together to their initial norm) or none"""
+    nap_biases: str = "none"
+    """NaP treatment of biases: none (free) or joint (projected together with their weight)"""
+    nap_project_output: bool = False
+    """also project the output layers (they feed no normalization, so by default they stay free)"""
+    obs_clip: float = 10.0
+    """clip normalized observations to [-obs_clip, obs_clip]"""
+    normalize_reward: bool = True
+    """scale rewards by the running std of the discounted return"""
+
+    # filled in at run time
+    batch_size: int = 0
+    minibatch_size: int = 0
+    num_iterations: int = 0
+
+
+class Agent(nn.Module):
+    """Gaussian policy and value function; the observation statistics are part of the model."""
+
+    def __init__(self, obs_dim: int, act_dim: int, args: Args):
+        super().__init__()
+        self.obs_norm = RunningNorm(obs_dim, clip=args.obs_clip)
+        self.critic = mlp(obs_dim, args.hidden_sizes, 1, nn.Tanh, args.layer_norm, output_gain=1.0)
+        self.actor_mean = mlp(obs_dim, args.hidden_sizes, act_dim, nn.Tanh, args.layer_norm, output_gain=0.01)
+        self.actor_logstd = nn.Parameter(torch.zeros(1, act_dim))
+
+    def output_layers(self) -> list[nn.Module]:
+        return [self.critic[-1], self.actor_mean[-1]]
+
+    def get_value(self, x: torch.Tensor) -> torch.Tensor:
+        """``x``: normalized observations ``(batch, obs_dim)`` -> values ``(batch,)``."""
+        return self.critic(x).squeeze(-1)
+
+    def get_action_and_value(self, x: torch.Tensor, action: torch.Tensor | None = None):
+        """Sample (or score) actions for normalized observations; returns action, logprob, entropy, value."""
+        mean = self.actor_mean(x)
+        dist = Normal(mean, self.actor_logstd.expand_as(mean).exp())
+        if action is None:
+            action = dist.sample()
+        return action, dist.log_prob(action).sum(-1), dist.entropy().sum(-1), self.get_value(x)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        """Deterministic action (the mean) for raw observations, used by evaluation."""
+        return self.actor_mean(self.obs_norm(obs))
+
+
+def load_policy(checkpoint: dict, vec_env: envs.TorchVectorEnv) -> Agent:
+    args = Args(**{k: tuple(v) if isinstance(v, list) else v for k, v in checkpoint["args"].items()})
+    agent = Agent(vec_env.single_observation_space.shape[0], vec_env.single_action_space.shape[0], args)
+    agent.load_state_dict(checkpoint["agent"])
+    return agent
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    args.batch_size = args.num_envs * args.num_steps
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    if args.minibatch_size < 1 or args.num_iterations < 1:
+        raise SystemExit(
+            f"batch of {args.batch_size} steps (num_envs x num_steps) must be >= num_minibatches "
+            f"({args.num_minibatches}) and <= total_timesteps ({args.total_timesteps})"
+        )
+    run = Run(args, agent_file=__file__)
+    args, device = run.args, run.device
+
+    vec_env = envs.make(args.env, args.num_envs, backend=args.backend, device=device, seed=args.seed + run.start_step)
+    obs_dim = vec_env.single_observation_space.shape[0]
+    act_dim = vec_env.single_action_space.shape[0]
+    agent = Agent(obs_dim, act_dim, args).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    projector = NormProjector(
+        agent, agent.output_layers(), project_output=args.nap_project_output,
+        layer_norm=args.nap_layer_norm, biases=args.nap_biases,
+    )
+    reward_scaler = RewardScaler(args.num_envs, args.gamma).to(device)
+    start_iteration = 1
+    if run.checkpoint is not None:
+        agent.load_state_dict(run.checkpoint["agent"])
+        optimizer.load_state_dict(run.checkpoint["optimizer"])
+        projector.load_state_dict(run.checkpoint["nap"])
+        reward_scaler.load_state_dict(run.checkpoint["reward_scaler"])
+        start_iteration = run.checkpoint["iteration"] + 1
+
+    # Rollout storage, on the training device
+    obs = torch.zeros((args.num_steps, args.num_envs, obs_dim), device=device)
+    actions = torch.zeros((args.num_steps, args.num_envs, act_dim), device=device)
+    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
+    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
+    values = torch.zeros((args.num_steps, args.num_envs), device=device)
+
+    global_step = run.start_step
+    raw_obs, _ = vec_env.reset()
+    agent.obs_norm.update(raw_obs)
+    next_obs = agent.obs_norm(raw_obs)
+    next_done = torch.zeros(args.num_envs, device=device)
+    recent_returns: list[float] = []
+
+    for iteration in range(start_iteration, args.num_iterations + 1):
+        if args.anneal_lr:
+            optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - (iteration - 1.0) / args.num_iterations)
+
+        # ---- collect a rollout -------------------------------------------------------------------
+        finished_returns, finished_lengths = [], []
+        for step in range(args.num_steps):
+            global_step += args.num_envs
+            obs[step] = next_obs
+            dones[step] = next_done
+            with torch.no_grad():
+                action, logprob, _, value = agent.get_action_and_value(next_obs)
+            values[step], actions[step], logprobs[step] = value, action, logprob
+
+            raw_obs, reward, terminated, truncated, info = vec_env.step(action)
+            done = info["done"]
+            agent.obs_norm.update(raw_obs)
+            next_obs = agent.obs_norm(raw_obs)
+            reward = reward_scaler(reward, done) if args.normalize_reward else reward
+            if truncated.any():
+                # A time limit is not a terminal state: bootstrap from the value of the final observation.
+                with torch.no_grad():
+                    final_value = agent.get_value(agent.obs_norm(info["final_obs"]))
+                reward = reward + args.gamma * final_value * (truncated & ~terminated)
+            rewards[step] = reward
+            next_done = done.float()
+            if done.any():
+                finished_returns.append(info["episode_return"][done])
+                finished_lengths.append(info["episode_length"][done])
+
+        # ---- GAE ---------------------------------------------------------------------------------
+        with torch.no_grad():
+            next_value = agent.get_value(next_obs)
+            advantages = torch.zeros_like(rewards)
+            lastgaelam = 0
+            for t in reversed(range(args.num_steps)):
+                if t == args.num_steps - 1:
+                    nextnonterminal, nextvalues = 1.0 - next_done, next_value
+                else:
+                    nextnonterminal, nextvalues = 1.0 - dones[t + 1], values[t + 1]
+                delta = rewards[t] + args.gamma * nextvalues * nextnonterminal - values[t]
+                advantages[t] = lastgaelam = delta + args.gamma * args.gae_lambda * nextnonterminal * lastgaelam
+            returns = advantages + values
+
+        b_obs = obs.reshape((-1, obs_dim))
+        b_logprobs = logprobs.reshape(-1)
+        b_actions = actions.reshape((-1, act_dim))
+        b_advantages = advantages.reshape(-1)
+        b_returns = returns.reshape(-1)
+        b_values = values.reshape(-1)
+
+        # ---- PPO update, with the NaP projection after every optimizer step ------------------
+        clipfracs = []
+        for epoch in range(args.update_epochs):
+            b_inds = torch.randperm(args.batch_size, device=device)
+            for start in range(0, args.batch_size, args.minibatch_size):
+                mb_inds = b_inds[start : start + args.minibatch_size]
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                logratio = newlogprob - b_logprobs[mb_inds]
+                ratio = logratio.exp()
+                with torch.no_grad():
+                    old_approx_kl = (-logratio).mean()
+                    approx_kl = ((ratio - 1) - logratio).mean()
+                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+
+                mb_advantages = b_advantages[mb_inds]
+                if args.norm_adv:
+                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+                pg_loss1 = -mb_advantages * ratio
+                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+                if args.clip_vloss:
+                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                    v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
+                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                else:
+                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+
+                entropy_loss = entropy.mean()
+                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                optimizer.step()
+                if args.nap:
+                    projector.project()
+
+            if args.target_kl is not None and approx_kl > args.target_kl:
+                break
+
+        # ---- logging and checkpoints -------------------------------------------------------------
+        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+        var_y = np.var(y_true)
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+        lr = optimizer.param_groups[0]["lr"]
+        sps = run.sps(global_step)
+        metrics = {
+            "charts/learning_rate": lr,
+            "charts/SPS": sps,
+            "losses/value_loss": v_loss.item(),
+            "losses/policy_loss": pg_loss.item(),
+            "losses/entropy": entropy_loss.item(),
+            "losses/old_approx_kl": old_approx_kl.item(),
+            "losses/approx_kl": approx_kl.item(),
+            "losses/clipfrac": torch.stack(clipfracs).mean().item(),
+            "losses/explained_variance": explained_var,
+            **projector.layer_stats(lr),
+        }
+        if finished_returns:
+            episode_returns = torch.cat(finished_returns)
+            metrics["charts/episodic_return"] = episode_returns.mean().item()
+            metrics["charts/episodic_length"] = torch.cat(finished_lengths).float().mean().item()
+            recent_returns = (recent_returns + episode_returns.tolist())[-20:]
+        run.log(global_step, metrics)
+        run.progress(global_step, np.mean(recent_returns) if recent_returns else None, sps)
+
+        if run.checkpoint_due(global_step) or iteration == args.num_iterations:
+            run.save(
+                global_step, iteration=iteration, agent=agent.state_dict(), optimizer=optimizer.state_dict(),
+                nap=projector.state_dict(), reward_scaler=reward_scaler.state_dict(),
+            )
+    vec_env.close()
+
+    if args.eval_episodes > 0:
+        agent.eval()
+        eval_returns = evaluate_policy(agent.act, args.env, args.eval_episodes, seed=args.seed + 10_000, device=device)
+        run.log(global_step, {"eval/return_mean": eval_returns.mean(), "eval/return_std": eval_returns.std()})
+        print(f"evaluation over {args.eval_episodes} episodes: {eval_returns.mean():.1f} +- {eval_returns.std():.1f}")
+    run.close()
