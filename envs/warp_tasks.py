@@ -1,0 +1,329 @@
+"""Gymnasium's v5 MuJoCo locomotion tasks, written as torch functions of batched MuJoCo state.
+
+Each task reads its parameters (reward weights, healthy ranges, noise scale, observation flags)
+from a Gymnasium env instance made with the user's kwargs, so the definitions stay Gymnasium's:
+this module only re-expresses ``_get_obs``, ``_get_rew``, ``is_healthy`` and ``reset_model`` of
+``gymnasium/envs/mujoco/*_v5.py`` over a leading world dimension.
+
+Every function takes a :class:`StateViews`: torch views ``(num_worlds, ...)`` of the simulator's
+arrays. As in Gymnasium after ``mj_step``, ``qpos``/``qvel`` hold the integrated state while the
+derived quantities (``xipos``, ``cinert``, ``cvel``, ...) come from the last forward pass, i.e.
+from the state *before* the last integration. Both simulators agree on that, so the formulas
+below can be applied as written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+import torch
+
+# The five ids the warp backend implements, with the Gymnasium class each one mirrors.
+WARP_TASK_CLASSES: dict[str, str] = {
+    "Humanoid-v5": "HumanoidEnv",
+    "Ant-v5": "AntEnv",
+    "HalfCheetah-v5": "HalfCheetahEnv",
+    "Hopper-v5": "HopperEnv",
+    "Walker2d-v5": "Walker2dEnv",
+}
+
+
+@dataclass
+class StateViews:
+    """Torch views of the batched simulator state (zero-copy on the backend's device)."""
+
+    qpos: torch.Tensor  # (N, nq)
+    qvel: torch.Tensor  # (N, nv)
+    ctrl: torch.Tensor  # (N, nu)
+    xpos: torch.Tensor  # (N, nbody, 3)
+    xipos: torch.Tensor  # (N, nbody, 3)
+    cinert: torch.Tensor  # (N, nbody, 10)
+    cvel: torch.Tensor  # (N, nbody, 6)
+    qfrc_actuator: torch.Tensor  # (N, nv)
+    cfrc_ext: torch.Tensor  # (N, nbody, 6)
+
+
+class LocomotionTask:
+    """Common parts: forward velocity, control cost, reset noise, the excluded x(y) positions."""
+
+    #: number of leading qpos entries (x, or x and y) left out of the observation by default
+    n_position_coords: int = 1
+    #: whether the task reads ``cfrc_ext`` (then the backend runs ``rne_postconstraint``)
+    needs_cfrc_ext: bool = False
+    #: whether the qvel reset noise is Gaussian (Ant, HalfCheetah) rather than uniform
+    gaussian_qvel_noise: bool = False
+
+    def __init__(self, gym_env, device: torch.device):
+        self.env = gym_env
+        self.device = device
+        self.dt = float(gym_env.dt)
+        self.forward_reward_weight = float(gym_env._forward_reward_weight)
+        self.ctrl_cost_weight = float(gym_env._ctrl_cost_weight)
+        self.reset_noise_scale = float(gym_env._reset_noise_scale)
+        self.exclude_positions = bool(gym_env._exclude_current_positions_from_observation)
+        self.healthy_reward_value = float(getattr(gym_env, "_healthy_reward", 0.0))
+        self.terminate_when_unhealthy = bool(getattr(gym_env, "_terminate_when_unhealthy", False))
+        self.init_qpos = torch.as_tensor(gym_env.init_qpos, dtype=torch.float32, device=device)
+        self.init_qvel = torch.as_tensor(gym_env.init_qvel, dtype=torch.float32, device=device)
+
+    # ----- pieces every task defines -----
+    def position(self, v: StateViews) -> torch.Tensor:
+        """The position whose finite difference over ``dt`` is the forward velocity: ``(N,)`` or ``(N, 2)``."""
+        return v.qpos[:, 0].clone()
+
+    def observation(self, v: StateViews) -> torch.Tensor:
+        raise NotImplementedError
+
+    def healthy(self, v: StateViews) -> torch.Tensor:
+        """Bool ``(N,)``; tasks without a healthy condition are always healthy."""
+        return torch.ones(v.qpos.shape[0], dtype=torch.bool, device=v.qpos.device)
+
+    def costs(self, v: StateViews, action: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The cost terms, as the negative rewards Gymnasium reports in ``info``."""
+        return {"reward_ctrl": -self.ctrl_cost_weight * torch.sum(action * action, dim=-1)}
+
+    # ----- shared -----
+    def x_velocity(self, position_before: torch.Tensor, position_after: torch.Tensor) -> torch.Tensor:
+        delta = position_after - position_before
+        return (delta if delta.ndim == 1 else delta[:, 0]) / self.dt
+
+    def reward(
+        self, v: StateViews, action: torch.Tensor, x_velocity: torch.Tensor, healthy: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Reward ``(N,)`` and its terms under Gymnasium's ``info`` names."""
+        terms = {"reward_forward": self.forward_reward_weight * x_velocity}
+        if self.has_healthy_reward:
+            terms["reward_survive"] = healthy.to(torch.float32) * self.healthy_reward_value
+        terms.update(self.costs(v, action))
+        return sum(terms.values()), terms
+
+    has_healthy_reward: bool = True
+
+    def reset_noise(self, generator: torch.Generator, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(qpos, qvel)`` of ``n`` fresh episodes: the initial state plus Gymnasium's reset noise."""
+        s = self.reset_noise_scale
+        nq, nv = self.init_qpos.numel(), self.init_qvel.numel()
+        qpos = self.init_qpos + (torch.rand(n, nq, generator=generator, device=self.device) * 2 - 1) * s
+        if self.gaussian_qvel_noise:
+            qvel = self.init_qvel + s * torch.randn(n, nv, generator=generator, device=self.device)
+        else:
+            qvel = self.init_qvel + (torch.rand(n, nv, generator=generator, device=self.device) * 2 - 1) * s
+        return qpos, qvel
+
+    def _positions_and_velocities(self, v: StateViews) -> list[torch.Tensor]:
+        start = self.n_position_coords if self.exclude_positions else 0
+        return [v.qpos[:, start:], v.qvel]
+
+
+class HumanoidTask(LocomotionTask):
+    """``gymnasium/envs/mujoco/humanoid_v5.py``."""
+
+    n_position_coords = 2
+    needs_cfrc_ext = True
+
+    def __init__(self, gym_env, device):
+        super().__init__(gym_env, device)
+        e = gym_env
+        self.contact_cost_weight = float(e._contact_cost_weight)
+        self.contact_cost_range = tuple(float(x) for x in e._contact_cost_range)
+        self.healthy_z_range = tuple(float(x) for x in e._healthy_z_range)
+        self.include = {
+            "cinert": e._include_cinert_in_observation,
+            "cvel": e._include_cvel_in_observation,
+            "qfrc_actuator": e._include_qfrc_actuator_in_observation,
+            "cfrc_ext": e._include_cfrc_ext_in_observation,
+        }
+        mass = torch.as_tensor(e.model.body_mass, dtype=torch.float32, device=device)
+        self.mass_fraction = mass / mass.sum()  # (nbody,)
+
+    def position(self, v):
+        # mass_center(): the mass-weighted mean of the body centres of mass, x and y.
+        return torch.einsum("b,nbj->nj", self.mass_fraction, v.xipos[:, :, :2])
+
+    def observation(self, v):
+        n = v.qpos.shape[0]
+        parts = self._positions_and_velocities(v)
+        if self.include["cinert"]:
+            parts.append(v.cinert[:, 1:].reshape(n, -1))
+        if self.include["cvel"]:
+            parts.append(v.cvel[:, 1:].reshape(n, -1))
+        if self.include["qfrc_actuator"]:
+            parts.append(v.qfrc_actuator[:, 6:])
+        if self.include["cfrc_ext"]:
+            parts.append(v.cfrc_ext[:, 1:].reshape(n, -1))
+        return torch.cat(parts, dim=1)
+
+    def healthy(self, v):
+        low, high = self.healthy_z_range
+        z = v.qpos[:, 2]
+        return (low < z) & (z < high)
+
+    def costs(self, v, action):
+        contact = self.contact_cost_weight * torch.sum(v.cfrc_ext.square(), dim=(1, 2))
+        contact = torch.clamp(contact, *self.contact_cost_range)
+        # Gymnasium's Humanoid squares data.ctrl, which the backend sets to the clipped action.
+        return {
+            "reward_ctrl": -self.ctrl_cost_weight * torch.sum(v.ctrl.square(), dim=-1),
+            "reward_contact": -contact,
+        }
+
+
+class AntTask(LocomotionTask):
+    """``gymnasium/envs/mujoco/ant_v5.py``."""
+
+    n_position_coords = 2
+    gaussian_qvel_noise = True
+
+    def __init__(self, gym_env, device):
+        super().__init__(gym_env, device)
+        e = gym_env
+        self.contact_cost_weight = float(e._contact_cost_weight)
+        self.contact_force_range = tuple(float(x) for x in e._contact_force_range)
+        self.healthy_z_range = tuple(float(x) for x in e._healthy_z_range)
+        self.include_cfrc_ext = bool(e._include_cfrc_ext_in_observation)
+        self.main_body = int(e.data.body(e._main_body).id)
+        self.needs_cfrc_ext = True  # the contact cost reads it even when the observation does not
+
+    def position(self, v):
+        return v.xpos[:, self.main_body, :2].clone()
+
+    def _contact_forces(self, v):
+        return torch.clamp(v.cfrc_ext, *self.contact_force_range)
+
+    def observation(self, v):
+        parts = self._positions_and_velocities(v)
+        if self.include_cfrc_ext:
+            parts.append(self._contact_forces(v)[:, 1:].reshape(v.qpos.shape[0], -1))
+        return torch.cat(parts, dim=1)
+
+    def healthy(self, v):
+        low, high = self.healthy_z_range
+        finite = torch.isfinite(v.qpos).all(dim=1) & torch.isfinite(v.qvel).all(dim=1)
+        z = v.qpos[:, 2]
+        return finite & (low <= z) & (z <= high)
+
+    def costs(self, v, action):
+        contact = self.contact_cost_weight * torch.sum(self._contact_forces(v).square(), dim=(1, 2))
+        return {
+            "reward_ctrl": -self.ctrl_cost_weight * torch.sum(action.square(), dim=-1),
+            "reward_contact": -contact,
+        }
+
+
+class HalfCheetahTask(LocomotionTask):
+    """``gymnasium/envs/mujoco/half_cheetah_v5.py``: no healthy reward, never terminates."""
+
+    gaussian_qvel_noise = True
+    has_healthy_reward = False
+
+    def observation(self, v):
+        return torch.cat(self._positions_and_velocities(v), dim=1)
+
+
+class _PlanarWalkerTask(LocomotionTask):
+    """Hopper and Walker2d: observation velocities clipped to [-10, 10], z and angle in range."""
+
+    def __init__(self, gym_env, device):
+        super().__init__(gym_env, device)
+        self.healthy_z_range = tuple(float(x) for x in gym_env._healthy_z_range)
+        self.healthy_angle_range = tuple(float(x) for x in gym_env._healthy_angle_range)
+
+    def observation(self, v):
+        position, velocity = self._positions_and_velocities(v)
+        return torch.cat([position, torch.clamp(velocity, -10.0, 10.0)], dim=1)
+
+    def healthy(self, v):
+        z, angle = v.qpos[:, 1], v.qpos[:, 2]
+        (z_low, z_high), (a_low, a_high) = self.healthy_z_range, self.healthy_angle_range
+        return (z_low < z) & (z < z_high) & (a_low < angle) & (angle < a_high)
+
+
+class HopperTask(_PlanarWalkerTask):
+    """``gymnasium/envs/mujoco/hopper_v5.py``: also every state entry but x and z within a range."""
+
+    def __init__(self, gym_env, device):
+        super().__init__(gym_env, device)
+        self.healthy_state_range = tuple(float(x) for x in gym_env._healthy_state_range)
+
+    def healthy(self, v):
+        state = torch.cat([v.qpos, v.qvel], dim=1)[:, 2:]
+        low, high = self.healthy_state_range
+        in_range = ((low < state) & (state < high)).all(dim=1)
+        return in_range & super().healthy(v)
+
+
+class Walker2dTask(_PlanarWalkerTask):
+    """``gymnasium/envs/mujoco/walker2d_v5.py``."""
+
+
+TASKS: dict[str, type[LocomotionTask]] = {
+    "Humanoid-v5": HumanoidTask,
+    "Ant-v5": AntTask,
+    "HalfCheetah-v5": HalfCheetahTask,
+    "Hopper-v5": HopperTask,
+    "Walker2d-v5": Walker2dTask,
+}
+
+
+# ----- contact and constraint buffer sizes -------------------------------------------------------
+
+# Most contacts MuJoCo's collision functions return for a geom resting on a plane.
+_PLANE_CONTACTS = {
+    mujoco.mjtGeom.mjGEOM_SPHERE: 1,
+    mujoco.mjtGeom.mjGEOM_ELLIPSOID: 1,
+    mujoco.mjtGeom.mjGEOM_CAPSULE: 2,
+}
+_OTHER_PLANE_CONTACTS = 4  # box, cylinder, convex mesh
+
+
+def _can_collide(mjm: mujoco.MjModel, g1: int, g2: int) -> bool:
+    """MuJoCo's default filter: contype/conaffinity bits, other body, not welded, not parent-child."""
+    if not (mjm.geom_contype[g1] & mjm.geom_conaffinity[g2] or mjm.geom_contype[g2] & mjm.geom_conaffinity[g1]):
+        return False
+    b1, b2 = mjm.body_weldid[mjm.geom_bodyid[g1]], mjm.body_weldid[mjm.geom_bodyid[g2]]
+    if b1 == b2:
+        return False
+    filter_parent = not (mjm.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_FILTERPARENT)
+    p1, p2 = mjm.body_weldid[mjm.body_parentid[b1]], mjm.body_weldid[mjm.body_parentid[b2]]
+    if filter_parent and b1 != 0 and b2 != 0 and (p1 == b2 or p2 == b1):
+        return False
+    return True
+
+
+def contact_buffer_sizes(mjm: mujoco.MjModel) -> tuple[int, int]:
+    """``(nconmax, njmax)`` per world, from the model's geometry and constraints.
+
+    The contact budget lets every geom that can touch a plane (the floor) rest on it at once with
+    its largest contact count, plus one contact per pair of geoms that can touch each other; the
+    constraint budget gives each of those contacts its rows (pyramidal cone: ``2 (condim - 1)``,
+    elliptic: ``condim``, frictionless: 1) and adds joint and tendon limits, friction loss and
+    equality rows. Worlds that exceed it are detected (see ``WarpVectorEnv``), not run on.
+    """
+    planes = {g for g in range(mjm.ngeom) if mjm.geom_type[g] == mujoco.mjtGeom.mjGEOM_PLANE}
+    others = [g for g in range(mjm.ngeom) if g not in planes]
+    plane_contacts = 0
+    self_touching = 0
+    condim = 1
+    for g in others:
+        if any(_can_collide(mjm, g, p) for p in planes):
+            plane_contacts += _PLANE_CONTACTS.get(int(mjm.geom_type[g]), _OTHER_PLANE_CONTACTS)
+            condim = max(condim, int(mjm.geom_condim[g]), *(int(mjm.geom_condim[p]) for p in planes))
+        if any(_can_collide(mjm, g, h) for h in others if h != g):
+            self_touching += 1
+            condim = max(condim, int(mjm.geom_condim[g]))
+    pair_contacts = _OTHER_PLANE_CONTACTS * mjm.npair
+    if mjm.npair:
+        condim = max(condim, int(np.max(mjm.pair_dim)))
+    nconmax = max(plane_contacts + (self_touching + 1) // 2 + pair_contacts, 1)
+    if condim == 1:
+        rows = 1
+    elif mjm.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC:
+        rows = condim
+    else:
+        rows = 2 * (condim - 1)
+    limits = int(np.sum(mjm.jnt_limited)) + int(np.sum(mjm.tendon_limited))
+    friction = int(np.sum(mjm.dof_frictionloss > 0)) + int(np.sum(mjm.tendon_frictionloss > 0))
+    njmax = nconmax * rows + limits + friction + 6 * mjm.neq
+    return int(nconmax), int(njmax)
