@@ -60,6 +60,8 @@ class Backend:
     module: str  # the Python module the backend needs installed
     factory: Callable[..., TorchVectorEnv]
     supports: Callable[[str, torch.device], bool]
+    # Whether ``auto`` may pick it on this device (the GPU backend: only on CUDA).
+    auto_on: Callable[[torch.device], bool] = lambda device: True
 
     def installed(self) -> bool:
         return importlib.util.find_spec(self.module) is not None
@@ -69,6 +71,18 @@ def _make_gymnasium(env_id, num_envs, device, seed, **kwargs):
     from envs.gymnasium_backend import GymnasiumVectorEnv
 
     return GymnasiumVectorEnv(env_id, num_envs, device=device, seed=seed, **kwargs)
+
+
+def _make_warp(env_id, num_envs, device, seed, **kwargs):
+    from envs.warp_backend import WarpVectorEnv
+
+    return WarpVectorEnv(env_id, num_envs, device=device, seed=seed, **kwargs)
+
+
+def _warp_supports(env_id: str, device: torch.device) -> bool:
+    from envs.warp_backend import warp_supports
+
+    return warp_supports(env_id)
 
 
 def _make_envpool(env_id, num_envs, device, seed, **kwargs):
@@ -86,9 +100,10 @@ def _envpool_supports(env_id: str, device: torch.device) -> bool:
 BACKENDS: dict[str, Backend] = {
     "gymnasium": Backend("gymnasium", "gymnasium", _make_gymnasium, lambda env_id, device: True),
     "envpool": Backend("envpool", "envpool", _make_envpool, _envpool_supports),
+    "warp": Backend("warp", "mujoco_warp", _make_warp, _warp_supports, auto_on=lambda device: device.type == "cuda"),
 }
-# Fastest first. The GPU backend registers itself at the front when it is available.
-AUTO_ORDER: list[str] = ["envpool", "gymnasium"]
+# Fastest first (warp only counts on CUDA: on warp's CPU device it is far slower than envpool).
+AUTO_ORDER: list[str] = ["warp", "envpool", "gymnasium"]
 
 
 def register_backend(backend: Backend, auto_priority: int | None = None) -> None:
@@ -101,7 +116,7 @@ def register_backend(backend: Backend, auto_priority: int | None = None) -> None
 def choose_backend(env_id: str, device: torch.device) -> str:
     for name in AUTO_ORDER:
         backend = BACKENDS[name]
-        if backend.installed() and backend.supports(env_id, device):
+        if backend.installed() and backend.auto_on(device) and backend.supports(env_id, device):
             return name
     return "gymnasium"
 
