@@ -1,0 +1,128 @@
+"""Replay storage: what is stored, in which order, and how often each age is sampled."""
+
+import math
+
+import pytest
+import torch
+
+import envs
+from cleanrl_style.replay import FadingReplayBuffer, ReplayBuffer, fading_tanh
+
+
+def fill(buffer, n, num_envs=1):
+    """Add ``n`` transitions whose reward is their insertion number, ``num_envs`` per call."""
+    for start in range(0, n, num_envs):
+        k = torch.arange(start, start + num_envs, dtype=torch.float32)
+        buffer.add(k[:, None].repeat(1, 3), k[:, None], k, k[:, None].repeat(1, 3) + 0.5,
+                   torch.zeros(num_envs, dtype=torch.bool), torch.zeros(num_envs, dtype=torch.bool))
+
+
+def test_fading_weight_matches_hand_values():
+    u = torch.tensor([0.0, 0.2, 0.3, 0.4, 0.9], dtype=torch.float64)
+    expected = [math.tanh((math.pi * x) ** math.e) for x in u.tolist()]
+    assert fading_tanh(u).tolist() == pytest.approx(expected, abs=1e-12)
+    # The values REFERENCE.md quotes: the oldest ~40% fade, the rest is nearly uniform.
+    assert expected[1:4] == pytest.approx([0.27, 0.69, 0.95], abs=0.01)
+    assert expected[0] == 0.0 and expected[4] > 0.999
+
+
+def test_fading_probabilities_are_weights_over_relative_age():
+    buffer = FadingReplayBuffer(100, (3,), (1,))
+    fill(buffer, 10)
+    w = [math.tanh((math.pi * i / 10) ** math.e) for i in range(10)]
+    assert buffer.probabilities().tolist() == pytest.approx([x / sum(w) for x in w], abs=1e-9)
+
+
+def test_fading_sampling_frequencies_follow_the_weights():
+    torch.manual_seed(0)
+    buffer = FadingReplayBuffer(10, (3,), (1,))
+    fill(buffer, 10)
+    draws = torch.cat([buffer.sample(10_000).rewards for _ in range(20)]).long()
+    freq = torch.bincount(draws, minlength=10).double() / draws.numel()
+    expected = buffer.probabilities()
+    assert freq[0] == 0  # weight 0 at u = 0: the oldest transition is never drawn
+    assert torch.allclose(freq, expected, atol=0.005)
+
+
+def test_fading_sampling_follows_age_not_storage_slot_after_wraparound():
+    torch.manual_seed(0)
+    buffer = FadingReplayBuffer(8, (3,), (1,))
+    fill(buffer, 13)  # transitions 5..12 remain; 5 is the oldest, stored in slot 5
+    draws = torch.cat([buffer.sample(10_000).rewards for _ in range(10)]).long()
+    freq = torch.bincount(draws - 5, minlength=8).double() / draws.numel()
+    assert torch.allclose(freq, buffer.probabilities(), atol=0.006)
+    assert freq[0] == 0 and freq[-1] > freq[1]
+
+
+def test_fading_weight_function_is_pluggable():
+    torch.manual_seed(0)
+    bell = lambda u: torch.exp(-(((u - 0.5) / 0.1) ** 2))
+    buffer = FadingReplayBuffer(100, (3,), (1,), weight_fn=bell)
+    fill(buffer, 100)
+    ages = buffer.sample(20_000).rewards
+    assert abs(ages.mean().item() - 49.5) < 1.0 and ages.std().item() < 10
+
+
+def test_uniform_sampling_is_uniform_over_stored_transitions():
+    torch.manual_seed(0)
+    buffer = ReplayBuffer(20, (3,), (1,))
+    fill(buffer, 10)
+    draws = buffer.sample(50_000).rewards.long()
+    freq = torch.bincount(draws, minlength=10).double() / draws.numel()
+    assert draws.max() == 9 and torch.allclose(freq, torch.full((10,), 0.1, dtype=torch.float64), atol=0.01)
+
+
+def test_vector_steps_are_stored_in_order_and_wrap_around():
+    buffer = ReplayBuffer(10, (3,), (1,))
+    fill(buffer, 14, num_envs=2)
+    assert len(buffer) == 10
+    assert buffer.rewards[buffer.chronological()].tolist() == list(range(4, 14))
+
+
+def test_termination_and_truncation_are_stored_separately():
+    buffer = ReplayBuffer(4, (1,), (1,))
+    z = torch.zeros(2, 1)
+    buffer.add(z, z, torch.zeros(2), z, torch.tensor([True, False]), torch.tensor([False, True]))
+    assert buffer.terminated[:2].tolist() == [1.0, 0.0]
+    assert buffer.truncated[:2].tolist() == [0.0, 1.0]
+
+
+def test_final_obs_of_an_autoreset_env_is_stored_as_next_obs():
+    """Pendulum truncates at 200 steps; the stored next_obs is the last observation, not the reset one."""
+    vec = envs.make("Pendulum", num_envs=2, backend="gymnasium", seed=0)
+    buffer = ReplayBuffer(500, (3,), (1,))
+    obs, _ = vec.reset()
+    for _ in range(200):
+        action = torch.zeros(2, 1)
+        next_obs, reward, terminated, truncated, info = vec.step(action)
+        buffer.add(obs, action, reward, info["final_obs"], terminated, truncated)
+        last_obs, obs = obs, next_obs
+    vec.close()
+    assert truncated.all() and not terminated.any()
+    assert torch.equal(buffer.next_obs[398:400], info["final_obs"])
+    assert not torch.equal(buffer.next_obs[398:400], next_obs)  # next_obs starts the next episode
+    # the stored next_obs continues the stored obs (Pendulum is smooth: a small change)
+    assert (buffer.next_obs[398:400] - last_obs).abs().max() < 1.0
+    assert buffer.truncated[398:400].tolist() == [1.0, 1.0]
+
+
+def test_state_dict_round_trip_keeps_transitions_and_their_order():
+    buffer = FadingReplayBuffer(8, (3,), (1,))
+    fill(buffer, 13)
+    restored = FadingReplayBuffer(8, (3,), (1,))
+    restored.load_state_dict(buffer.state_dict())
+    assert len(restored) == 8
+    assert restored.rewards[restored.chronological()].tolist() == list(range(5, 13))
+    assert torch.allclose(restored.probabilities(), buffer.probabilities())
+    fill(restored, 1)  # the next write overwrites the oldest
+    assert restored.rewards[restored.chronological()].tolist() == list(range(6, 13)) + [0.0]
+
+
+def test_fill_by_repeating_replicates_the_exploration_data_in_order():
+    buffer = FadingReplayBuffer(10, (3,), (1,))
+    fill(buffer, 4)
+    buffer.fill_by_repeating()
+    assert len(buffer) == 10
+    assert buffer.rewards[buffer.chronological()].tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
+    fill(buffer, 1)
+    assert buffer.rewards[buffer.chronological()].tolist()[-1] == 0.0 and len(buffer) == 10
