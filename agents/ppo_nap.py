@@ -20,15 +20,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
 import torch
 import tyro
 from torch import nn
-from torch.distributions.normal import Normal
 
 import envs
 from cleanrl_style import NormProjector, RewardScaler, Run, RunArgs, RunningNorm, mlp
 from cleanrl_style.evaluate import evaluate_policy
+
+
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 @dataclass
@@ -108,12 +112,19 @@ class Agent(nn.Module):
         return self.critic(x).squeeze(-1)
 
     def get_action_and_value(self, x: torch.Tensor, action: torch.Tensor | None = None):
-        """Sample (or score) actions for normalized observations; returns action, logprob, entropy, value."""
+        """Sample (or score) actions for normalized observations; returns action, logprob, entropy, value.
+
+        The diagonal Gaussian's log-density and entropy are written out: ``torch.distributions``
+        validates its arguments on every call, a cost that shows in minibatch updates this small.
+        """
         mean = self.actor_mean(x)
-        dist = Normal(mean, self.actor_logstd.expand_as(mean).exp())
+        logstd = self.actor_logstd.expand_as(mean)
+        std = logstd.exp()
         if action is None:
-            action = dist.sample()
-        return action, dist.log_prob(action).sum(-1), dist.entropy().sum(-1), self.get_value(x)
+            action = mean + std * torch.randn_like(mean)
+        logprob = (-0.5 * ((action - mean) / std) ** 2 - logstd - HALF_LOG_2PI).sum(-1)
+        entropy = (0.5 + HALF_LOG_2PI + logstd).sum(-1)
+        return action, logprob, entropy, self.get_value(x)
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
@@ -145,7 +156,7 @@ if __name__ == "__main__":
     obs_dim = vec_env.single_observation_space.shape[0]
     act_dim = vec_env.single_action_space.shape[0]
     agent = Agent(obs_dim, act_dim, args).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
     projector = NormProjector(
         agent, agent.output_layers(), project_output=args.nap_project_output,
         layer_norm=args.nap_layer_norm, biases=args.nap_biases,

@@ -55,6 +55,7 @@ class NormProjector:
         if biases not in ("joint", "none"):
             raise ValueError(f"biases must be 'joint' or 'none', got {biases!r}")
         output_ids = {id(m) for m in output_layers}
+        self._params: list[nn.Parameter] | None = None  # flat view, built by _flatten()
         self.groups: list[_ProjectedGroup] = []
         self.weights: list[tuple[str, nn.Parameter]] = []  # every linear weight, for stats
         for name, module in model.named_modules():
@@ -74,14 +75,28 @@ class NormProjector:
         init_norm = float(_joint_norm(params))
         if init_norm > 0:  # a zero-initialized group has no scale to return to
             self.groups.append(_ProjectedGroup(name, params, init_norm))
+        self._params = None
+
+    def _flatten(self) -> None:
+        """One flat parameter list with its group index, so projection is a few fused ops."""
+        self._params = [p for group in self.groups for p in group.params]
+        device = self._params[0].device if self._params else None
+        self._group_of_param = torch.tensor(
+            [g for g, group in enumerate(self.groups) for _ in group.params], device=device
+        )
+        self._init_norms = torch.tensor([group.init_norm for group in self.groups], device=device)
 
     @torch.no_grad()
     def project(self) -> None:
-        """Rescale every recorded group back to its initial norm (in place)."""
-        for group in self.groups:
-            scale = group.init_norm / _joint_norm(group.params).clamp_min(1e-12)
-            for p in group.params:
-                p.mul_(scale.to(p.dtype))
+        """Rescale every recorded group back to its initial norm (in place, no host sync)."""
+        if not self.groups:
+            return
+        if self._params is None or self._params[0].device != self._init_norms.device:
+            self._flatten()
+        param_norms = torch.stack(torch._foreach_norm(self._params)).float()
+        group_sq = torch.zeros_like(self._init_norms).index_add_(0, self._group_of_param, param_norms**2)
+        scale = self._init_norms / group_sq.sqrt().clamp_min(1e-12)
+        torch._foreach_mul_(self._params, list(scale[self._group_of_param].unbind()))
 
     def state_dict(self) -> dict[str, float]:
         """Initial norms by group name: saved in checkpoints so a resumed run projects to the same norms."""
@@ -93,6 +108,7 @@ class NormProjector:
             raise ValueError(f"NaP state has groups {sorted(state)}, this model has {sorted(names)}")
         for group in self.groups:
             group.init_norm = float(state[group.name])
+        self._params = None
 
     @torch.no_grad()
     def layer_stats(self, lr: float) -> dict[str, float]:

@@ -95,3 +95,19 @@ def test_evaluate_cli_reports_mean_and_std(run_agent, tmp_path):
                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "over 2 episodes" in out.stdout and "+-" in out.stdout
+
+
+def test_written_out_gaussian_matches_torch_distributions():
+    from torch.distributions import Normal
+
+    from ppo_nap import Agent, Args
+
+    agent = Agent(5, 3, Args())
+    with torch.no_grad():
+        agent.actor_logstd.copy_(torch.tensor([[-0.3, 0.0, 0.4]]))
+    x, action = torch.randn(4, 5), torch.randn(4, 3)
+    _, logprob, entropy, value = agent.get_action_and_value(x, action)
+    reference = Normal(agent.actor_mean(x), agent.actor_logstd.exp().expand(4, 3))
+    assert torch.allclose(logprob, reference.log_prob(action).sum(-1), atol=1e-6)
+    assert torch.allclose(entropy, reference.entropy().sum(-1), atol=1e-6)
+    assert value.shape == (4,)
