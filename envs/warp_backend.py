@@ -130,6 +130,8 @@ class WarpVectorEnv(TorchVectorEnv):
                     f"{env_id}: MuJoCo Warp does not implement a feature of this model: {err} Use {ALTERNATIVES}."
                 ) from err
             self._d = mjw.make_data(mjm, nworld=num_envs, nconmax=self.nconmax, njmax=self.njmax)
+            # make_data fills the arrays on warp's stream; torch reads them on its own.
+            wp.synchronize_device(self._wp_device)
 
         obs_space = self._gym_env.observation_space
         obs_space = gym.spaces.Box(-np.inf, np.inf, shape=obs_space.shape, dtype=np.float32)
@@ -215,8 +217,9 @@ class WarpVectorEnv(TorchVectorEnv):
             self._forward()
             wp.synchronize_device(self._wp_device)
             for name, fn in (("physics", self._physics_step), ("forward", self._forward)):
-                # Captured on warp's own (non-default) stream, replayed on torch's.
-                with wp.ScopedCapture(device=self._wp_device) as capture:
+                # Captured on warp's own (non-default) stream, replayed on torch's. The warm-up
+                # loaded what the step uses: do not load every module warp knows (minutes).
+                with wp.ScopedCapture(device=self._wp_device, force_module_load=False) as capture:
                     fn()
                 self._graphs[name] = capture.graph
             wp.synchronize_device(self._wp_device)
