@@ -1,0 +1,299 @@
+"""Run a grid of agent x env x flag values x seed, resumably, on this machine or a Ray cluster.
+
+    python -m cleanrl_style.sweep --agents ppo_nap --envs Hopper Walker2d --seeds 1 2 3 \\
+        --grid nap=true,false --flags "--total-timesteps 200000" --sweep-dir runs/sweeps/nap
+    python -m cleanrl_style.sweep ... --launcher ray --ray-address auto      # on an existing Ray cluster
+
+Every grid point has a deterministic run folder, ``<sweep-dir>/<env>__<agent>[__<values>]__s<seed>``,
+so invoking the same command again picks up where the last one stopped:
+
+- a point whose run finished (the sweep wrote ``sweep.json`` with exit code 0 after it) is skipped;
+- a point whose run was interrupted after its first checkpoint continues with the agent's
+  ``--resume <folder>`` (its CSV rows after that checkpoint are dropped and written again, so none
+  is duplicated or lost);
+- a point whose run was interrupted before any checkpoint starts again from an emptied folder.
+
+Locally, up to ``--workers`` runs (default: one per core) are child processes of the sweep; Ctrl-C
+or SIGTERM stops them. With ``--launcher ray`` each point is a Ray task (``--cpus-per-run`` CPUs)
+that does the same on whichever node runs it: the sweep folder must then be on a filesystem every
+node sees, and the repository at the same path on every node.
+
+``--grid KEY=V1,V2`` passes ``--KEY V`` to the agent (``true``/``false`` become ``--KEY`` /
+``--no-KEY``); several ``--grid`` options multiply. ``--flags`` go unchanged to every run.
+A failed run is reported with the end of its log (``<run folder>/sweep.log``); the others go on,
+and the sweep exits 1. Running the same sweep folder from two sweeps at once is not supported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from cleanrl_style.checkpoint import CHECKPOINT_NAME
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DONE_NAME = "sweep.json"  # written by the sweep when a run exits 0: the point is finished
+LOG_NAME = "sweep.log"  # the run's stdout and stderr, appended across restarts
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One run of the grid: an agent file, an env, a seed and the flag values that vary."""
+
+    agent: str  # the agent's name (file stem) as given on the command line
+    agent_file: str  # absolute path of the agent script
+    env: str
+    seed: int
+    values: tuple[tuple[str, str], ...] = ()  # (flag, value) pairs from --grid, in grid order
+    flags: tuple[str, ...] = ()  # --flags, passed unchanged
+
+    @property
+    def label(self) -> str:
+        """The agent and its grid values, e.g. ``ppo_nap nap=false``: one line in the plots."""
+        return " ".join([self.agent, *(f"{k}={v}" for k, v in self.values)])
+
+    def folder_name(self) -> str:
+        parts = [self.env, self.agent, *(f"{k}-{v}" for k, v in self.values), f"s{self.seed}"]
+        return "__".join(p.replace("/", "_").replace(" ", "_") for p in parts)
+
+    def value_flags(self) -> list[str]:
+        out = []
+        for key, value in self.values:
+            if value.lower() in ("true", "false"):
+                out.append(f"--{key}" if value.lower() == "true" else f"--no-{key}")
+            else:
+                out += [f"--{key}", value]
+        return out
+
+
+def resolve_agent(agent: str) -> Path:
+    """``ppo_nap`` -> ``<repo>/agents/ppo_nap.py``; a path to a ``.py`` file is used as is."""
+    path = Path(agent)
+    if path.suffix == ".py" and path.exists():
+        return path.resolve()
+    for folder in (REPO_ROOT / "agents", Path.cwd() / "agents"):
+        candidate = folder / f"{agent}.py"
+        if candidate.exists():
+            return candidate.resolve()
+    known = sorted(p.stem for p in (REPO_ROOT / "agents").glob("*.py"))
+    raise SystemExit(f"unknown agent {agent!r}: pass a name from agents/ ({', '.join(known)}) or a path to a .py file")
+
+
+def parse_grid(specs: list[str]) -> list[tuple[str, list[str]]]:
+    """``["nap=true,false", "learning-rate=3e-4,1e-3"]`` -> ``[("nap", ["true", "false"]), ...]``."""
+    grid = []
+    for spec in specs:
+        key, sep, values = spec.partition("=")
+        key = key.strip().lstrip("-").replace("_", "-")
+        if not sep or not key or not values:
+            raise SystemExit(f"--grid {spec!r}: expected KEY=V1,V2,... (e.g. nap=true,false)")
+        grid.append((key, [v.strip() for v in values.split(",") if v.strip()]))
+    return grid
+
+
+def expand_grid(agents: list[str], envs: list[str], seeds: list[int], grid: list[tuple[str, list[str]]],
+                flags: list[str]) -> list[GridPoint]:
+    """Every combination, in the order agent, env, grid values, seed."""
+    keys = [k for k, _ in grid]
+    points = []
+    for agent in agents:
+        agent_file = str(resolve_agent(agent))
+        name = Path(agent).stem
+        for env in envs:
+            for combo in itertools.product(*[values for _, values in grid]):
+                for seed in seeds:
+                    points.append(GridPoint(name, agent_file, env, seed, tuple(zip(keys, combo)), tuple(flags)))
+    names = [p.folder_name() for p in points]
+    if len(set(names)) != len(names):
+        raise SystemExit("two grid points map to the same run folder: repeated agents, envs, seeds or grid values?")
+    return points
+
+
+def point_status(run_dir: Path) -> str:
+    """``done``, ``resume`` (has a checkpoint) or ``fresh`` (nothing to keep)."""
+    if (run_dir / DONE_NAME).exists():
+        return "done"
+    if (run_dir / CHECKPOINT_NAME).exists() and (run_dir / "args.json").exists():
+        return "resume"
+    return "fresh"
+
+
+def command_for(point: GridPoint, run_dir: Path, status: str, python: str = sys.executable) -> list[str]:
+    if status == "resume":
+        return [python, point.agent_file, "--resume", str(run_dir), "--no-progress-bar"]
+    return [python, point.agent_file, "--env", point.env, "--seed", str(point.seed), "--run-dir", str(run_dir),
+            "--no-progress-bar", *point.value_flags(), *point.flags]
+
+
+def _prepare(point: GridPoint, run_dir: Path) -> tuple[str, list[str]]:
+    status = point_status(run_dir)
+    if status == "fresh" and run_dir.exists():
+        # Killed before its first checkpoint: its partial CSV would be appended to, so start clean.
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return status, command_for(point, run_dir, status)
+
+
+def _finish(point: GridPoint, run_dir: Path, status: str, cmd: list[str], returncode: int, seconds: float) -> dict:
+    record = {"point": asdict(point), "label": point.label, "run_dir": str(run_dir), "started_as": status,
+              "command": shlex.join(cmd), "returncode": returncode, "seconds": round(seconds, 1)}
+    if returncode == 0:
+        tmp = run_dir / (DONE_NAME + ".tmp")
+        tmp.write_text(json.dumps(record, indent=2))
+        os.replace(tmp, run_dir / DONE_NAME)
+    return record
+
+
+def _child_env() -> dict[str, str]:
+    # One thread per run: the pool runs one process per core.
+    return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONWARNINGS": "ignore"}
+
+
+def run_point(point: GridPoint, run_dir: str) -> dict:
+    """Run (or resume) one grid point to the end in this process's node; the body of a Ray task."""
+    run_dir = Path(run_dir)
+    status, cmd = _prepare(point, run_dir)
+    start = time.time()
+    with open(run_dir / LOG_NAME, "a") as log:
+        log.write(f"$ {shlex.join(cmd)}\n")
+        log.flush()
+        returncode = subprocess.run(cmd, cwd=REPO_ROOT, env=_child_env(), stdout=log, stderr=subprocess.STDOUT).returncode
+    return _finish(point, run_dir, status, cmd, returncode, time.time() - start)
+
+
+def run_local(points: list[tuple[GridPoint, Path]], workers: int, echo=print) -> list[dict]:
+    """Run the points as child processes, at most ``workers`` at once."""
+    pending = list(points)
+    running: dict[subprocess.Popen, tuple] = {}
+    records = []
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        while pending or running:
+            while pending and len(running) < workers:
+                point, run_dir = pending.pop(0)
+                status, cmd = _prepare(point, run_dir)
+                log = open(run_dir / LOG_NAME, "a")
+                log.write(f"$ {shlex.join(cmd)}\n")
+                log.flush()
+                proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=_child_env(), stdout=log, stderr=subprocess.STDOUT)
+                running[proc] = (point, run_dir, status, cmd, log, time.time())
+                echo(f"[{'resume' if status == 'resume' else 'start'}] {run_dir.name}")
+            for proc in [p for p in running if p.poll() is not None]:
+                point, run_dir, status, cmd, log, start = running.pop(proc)
+                log.close()
+                records.append(_finish(point, run_dir, status, cmd, proc.returncode, time.time() - start))
+                echo(f"[{'done' if proc.returncode == 0 else f'FAILED ({proc.returncode})'}] {run_dir.name} "
+                     f"({time.time() - start:.0f}s)")
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        echo(f"stopping {len(running)} run(s); invoke the same command again to continue")
+        for proc in running:
+            proc.terminate()
+        for proc in running:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return records
+
+
+def run_ray(points: list[tuple[GridPoint, Path]], address: str | None, cpus_per_run: float, echo=print) -> list[dict]:
+    """Run the points as Ray tasks on the cluster at ``address`` (or the Ray instance already initialized)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, log_to_driver=False)
+    task = ray.remote(num_cpus=cpus_per_run, max_retries=0)(run_point)
+    futures = {task.remote(point, str(run_dir)): run_dir for point, run_dir in points}
+    for run_dir in futures.values():
+        echo(f"[submitted] {run_dir.name}")
+    records = []
+    remaining = list(futures)
+    while remaining:
+        ready, remaining = ray.wait(remaining, num_returns=1)
+        record = ray.get(ready[0])
+        records.append(record)
+        echo(f"[{'done' if record['returncode'] == 0 else 'FAILED'}] {Path(record['run_dir']).name}")
+    return records
+
+
+def _log_tail(run_dir: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join((run_dir / LOG_NAME).read_text().splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def default_workers() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m cleanrl_style.sweep", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
+    parser.add_argument("--agents", nargs="+", required=True, help="agent names in agents/ (ppo_nap ...) or .py paths")
+    parser.add_argument("--envs", nargs="+", required=True, help="env short names or registered ids")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                        help="agent flag values to sweep; true/false become --KEY/--no-KEY; repeatable")
+    parser.add_argument("--flags", default="", help='flags passed to every run, one string: "--total-timesteps 100000"')
+    parser.add_argument("--sweep-dir", default="runs/sweep", help="one run folder per grid point goes here")
+    parser.add_argument("--launcher", choices=("local", "ray"), default="local")
+    parser.add_argument("--workers", type=int, default=0, help="local: runs at once (default: one per core)")
+    parser.add_argument("--ray-address", default=None, help="ray: the cluster's address (auto, ray://host:10001, ...)")
+    parser.add_argument("--cpus-per-run", type=float, default=1.0, help="ray: CPUs each run reserves")
+    parser.add_argument("--dry-run", action="store_true", help="print each point's status and command, run nothing")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    points = expand_grid(args.agents, args.envs, args.seeds, parse_grid(args.grid), shlex.split(args.flags))
+    sweep_dir = Path(args.sweep_dir).resolve()
+    placed = [(p, sweep_dir / p.folder_name()) for p in points]
+    todo = [(p, d) for p, d in placed if point_status(d) != "done"]
+    print(f"{len(points)} grid points in {sweep_dir}: {len(points) - len(todo)} finished, {len(todo)} to run")
+    if args.dry_run:
+        for p, d in placed:
+            status = point_status(d)
+            print(f"{status:7s} {shlex.join(command_for(p, d, status)) if status != 'done' else d.name}")
+        return 0
+    if not todo:
+        return 0
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    (sweep_dir / "sweep_args.json").write_text(json.dumps(vars(args), indent=2))
+    start = time.time()
+    if args.launcher == "ray":
+        records = run_ray(todo, args.ray_address, args.cpus_per_run)
+    else:
+        try:
+            records = run_local(todo, args.workers or default_workers())
+        except KeyboardInterrupt:
+            return 130
+    failed = [r for r in records if r["returncode"] != 0]
+    print(f"{len(records) - len(failed)} run(s) finished, {len(failed)} failed, in {time.time() - start:.0f}s")
+    for r in failed:
+        print(f"\nFAILED {r['run_dir']} (exit {r['returncode']}): {r['command']}\n{_log_tail(Path(r['run_dir']))}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
