@@ -142,6 +142,12 @@ def sorted_node_target(nodes: torch.Tensor, weights: torch.Tensor) -> torch.Tens
     return (nodes.sort(dim=-1).values * weights).sum(-1)
 
 
+def temporal_advantage(q_next: torch.Tensor, q_bar: torch.Tensor, a: float, eps: float):
+    """``Q_T = a Qbar + (1 - a) q'`` (a detached baseline) and ``A = (q' - Q_T) / |Q_T|``, each ``(B,)``."""
+    q_t = (a * q_bar + (1 - a) * q_next).detach()
+    return (q_next - q_t) / q_t.abs().clamp_min(eps), q_t
+
+
 # ---------------------------------------------------------------------------------------------
 # Networks
 # ---------------------------------------------------------------------------------------------
@@ -233,11 +239,9 @@ class Learner:
         q_next = sorted_node_target(agent.nodes(batch.next_obs, next_action, target=True), agent.node_weights)
 
         # Temporal Advantage against the moving average Qbar of Q_T.
-        with torch.no_grad():
-            q_bar = torch.where(torch.isnan(agent.q_bar), q_next.mean(), agent.q_bar)
-            q_t = args.advantage_smoothing * q_bar + (1 - args.advantage_smoothing) * q_next
-            agent.q_bar.copy_(q_t.mean())
-        advantage = (q_next - q_t) / q_t.abs().clamp_min(args.adv_eps)
+        q_bar = torch.where(torch.isnan(agent.q_bar), q_next.detach().mean(), agent.q_bar)
+        advantage, q_t = temporal_advantage(q_next, q_bar, args.advantage_smoothing, args.adv_eps)
+        agent.q_bar.copy_(q_t.mean())
 
         target = rewards + args.gamma * (1.0 - batch.terminated) * q_next.detach()
         q = agent.nodes(batch.obs, batch.actions)

@@ -1,0 +1,133 @@
+"""SAC with SimBa: the paper's networks and defaults, the log-std map, the target, learning, resuming."""
+
+import math
+
+import pytest
+import torch
+
+from agent_runs import resume_agent, run_agent, run_until_first_checkpoint_then_kill
+from cleanrl_style import SimbaBlock
+from cleanrl_style.checkpoint import load_checkpoint
+from cleanrl_style.evaluate import evaluate_run, import_agent
+from cleanrl_style.logger import read_progress
+from cleanrl_style.replay import ReplayBuffer
+
+simba = import_agent("agents/sac_simba.py")
+
+
+def make_agent(act_dim=2, **overrides):
+    args = simba.Args(**overrides)
+    agent = simba.SimbaSAC(5, act_dim, -torch.ones(act_dim), torch.ones(act_dim), args)
+    return agent, args
+
+
+def test_default_networks_have_the_papers_widths_and_blocks():
+    agent, _ = make_agent()
+    actor = agent.actor.encoder
+    assert actor.embed.weight.shape == (128, 5) and len(actor.blocks) == 1
+    assert actor.blocks[0].fc1.weight.shape == (512, 128) and actor.blocks[0].fc2.weight.shape == (128, 512)
+    assert isinstance(actor.final_norm, torch.nn.LayerNorm) and actor.final_norm.normalized_shape == (128,)
+    critic = agent.critic.stacked_params()  # two critics, stacked
+    assert critic["encoder.embed.weight"].shape == (2, 512, 7)  # input concat(obs, action)
+    assert critic["encoder.blocks.0.fc1.weight"].shape == (2, 2048, 512)
+    assert critic["encoder.blocks.1.fc2.weight"].shape == (2, 512, 2048)
+    assert "encoder.blocks.2.fc1.weight" not in critic and critic["head.weight"].shape == (2, 1, 512)
+
+
+def test_simba_block_is_a_pre_layernorm_residual_mlp():
+    torch.manual_seed(0)
+    block = SimbaBlock(8)
+    h = torch.randn(3, 8)
+    by_hand = h + block.fc2(torch.relu(block.fc1(torch.nn.functional.layer_norm(h, (8,)))))
+    assert torch.allclose(block(h), by_hand, atol=1e-6)
+    assert block.fc1.weight.shape == (32, 8) and block.fc2.weight.shape == (8, 32)
+
+
+def test_optimizers_and_temperature_follow_the_papers_defaults():
+    agent, args = make_agent(act_dim=6)
+    learner = simba.Learner(agent, args)
+    for opt in (learner.actor_opt, learner.critic_opt):
+        assert isinstance(opt, torch.optim.AdamW)
+        assert opt.param_groups[0]["lr"] == 1e-4 and opt.param_groups[0]["weight_decay"] == 1e-2
+    assert learner.alpha_opt.param_groups[0]["weight_decay"] == 0
+    assert agent.log_alpha.exp().item() == pytest.approx(0.01)
+    assert learner.target_entropy == -3.0  # -|A| / 2
+    assert (args.tau, args.batch_size, args.buffer_size, args.learning_starts, args.updates_per_step) == (
+        0.005, 256, 1_000_000, 5_000, 2.0)
+
+
+@pytest.mark.parametrize("raw", [-3.0, -0.5, 0.0, 0.7, 4.0])
+def test_log_std_is_mapped_onto_minus_10_to_2(raw):
+    agent, _ = make_agent(actor_width=16)
+    with torch.no_grad():
+        agent.actor.head.weight.zero_()
+        agent.actor.head.bias.fill_(raw)
+    _, log_std = agent.actor(torch.zeros(1, 5))
+    assert log_std.flatten().tolist() == pytest.approx([-10 + 12 * 0.5 * (1 + math.tanh(raw))] * 2, abs=1e-5)
+
+
+def test_evaluation_acts_with_tanh_of_the_mean():
+    agent, _ = make_agent(actor_width=16)
+    obs = torch.randn(4, 5)
+    mean, _ = agent.actor(agent.obs_norm(obs))
+    assert torch.allclose(agent.act(obs), torch.tanh(mean))
+
+
+def test_target_is_min_of_critics_on_episodic_tasks_and_mean_otherwise():
+    agent, _ = make_agent(actor_width=16, critic_width=16, critic_blocks=1)
+    x, a = torch.randn(4, 5), torch.randn(4, 2)
+    q_all = agent.q_all(x, a)
+    agent.clipped_double_q.fill_(1)
+    assert torch.allclose(agent.q(x, a), q_all.min(0).values)
+    agent.clipped_double_q.fill_(0)
+    assert torch.allclose(agent.q(x, a), q_all.mean(0))
+
+
+def test_critic_target_bootstraps_through_truncation_not_termination():
+    torch.manual_seed(0)
+    agent, args = make_agent(actor_width=16, critic_width=16, critic_blocks=1, batch_size=2, learning_rate=0.0, alpha_lr=0.0)
+    learner = simba.Learner(agent, args)
+    agent.clipped_double_q.fill_(1)
+    buffer = ReplayBuffer(2, (5,), (2,))
+    z = torch.zeros(2, 5)
+    buffer.add(z, torch.zeros(2, 2), torch.ones(2), z + 1, torch.tensor([True, False]), torch.tensor([False, True]))
+    batch = buffer._gather(torch.tensor([0, 1]))
+    # With a target critic predicting a large constant, only the truncated transition sees it.
+    with torch.no_grad():
+        agent.critic_target.stacked_params()["head.weight"].zero_()
+        agent.critic_target.stacked_params()["head.bias"].fill_(100.0)
+        agent.critic.stacked_params()["head.weight"].zero_()
+        agent.critic.stacked_params()["head.bias"].zero_()
+    losses = learner.update(batch)
+    # q = 0, so each critic's loss is mean(target^2) over the two transitions; the terminated
+    # target is r = 1, the truncated one about 1 + 0.99 * 100 (minus a small entropy term).
+    assert losses["losses/qf_loss"].item() == pytest.approx(2 * (1 + (1 + 99) ** 2) / 2, rel=0.02)
+
+
+def test_sac_simba_learns_pendulum(tmp_path):
+    run_agent("sac_simba", tmp_path / "run", "--env", "Pendulum", "--total-timesteps", "3500", "--learning-starts", "500",
+              "--actor-width", "32", "--critic-width", "32", "--critic-blocks", "1", "--batch-size", "64",
+              "--updates-per-step", "1", "--learning-rate", "1e-3", "--alpha-lr", "1e-3", "--eval-episodes", "5",
+              "--log-every", "1000")
+    progress = read_progress(tmp_path / "run")
+    final = progress["eval/return_mean"][-1][2]
+    first_returns = [v for _, _, v in progress["charts/episodic_return"][:5]]
+    assert final > -700 and final > max(first_returns) + 300
+    assert evaluate_run(str(tmp_path / "run"), episodes=2).mean() > -700
+
+
+def test_sac_simba_resumes_a_killed_run(tmp_path):
+    run_dir = tmp_path / "run"
+    run_until_first_checkpoint_then_kill(
+        "sac_simba", run_dir, "--env", "Hopper", "--total-timesteps", "600", "--learning-starts", "100",
+        "--actor-width", "16", "--critic-width", "16", "--critic-blocks", "1", "--batch-size", "16",
+        "--updates-per-step", "1", "--checkpoint-every", "200", "--save-buffer", "--eval-episodes", "0", "--log-every", "100")
+    first = load_checkpoint(run_dir)
+    assert first["global_step"] < 600
+    assert first["agent"]["clipped_double_q"].item() == 1  # Hopper terminates: clipped double-Q chosen
+    resume_agent("sac_simba", run_dir)
+    last = load_checkpoint(run_dir)
+    assert last["global_step"] == 600 and len(last["buffer"]["rewards"]) == 600
+    assert last["agent"]["clipped_double_q"].item() == 1
+    steps = [s for s, _, _ in read_progress(run_dir)["charts/SPS"]]
+    assert steps == sorted(steps) and len(steps) == len(set(steps)) == 6
