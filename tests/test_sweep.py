@@ -109,17 +109,22 @@ def test_a_sweep_completes_and_a_second_invocation_does_nothing(tiny_agent, tmp_
     assert {d: (d / "progress.csv").stat().st_mtime_ns for d in runs} == mtimes
 
 
-def test_grid_values_reach_the_agent_as_flags(tiny_agent, tmp_path):
+def test_grid_values_reach_the_agent_as_flags_and_a_failing_run_is_reported_with_its_log(tiny_agent, tmp_path):
     sweep_dir = tmp_path / "sweep"
     proc = subprocess.run(
-        [sys.executable, "-m", "cleanrl_style.sweep", "--agents", str(tiny_agent), "--envs", "Pendulum", "--seeds", "3",
-         "--grid", "bonus=0.5,2", "--sweep-dir", str(sweep_dir), "--flags", "--total-timesteps 20 --eval-episodes 0"],
+        [sys.executable, "-m", "cleanrl_style.sweep", "--agents", str(tiny_agent), "--envs", "Pendulum", "NoSuchEnv",
+         "--seeds", "3", "--grid", "bonus=0.5,2", "--sweep-dir", str(sweep_dir), "--workers", "2",
+         "--flags", "--total-timesteps 20 --eval-episodes 0"],
         cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
     for bonus in (0.5, 2.0):
         run_dir = sweep_dir / f"Pendulum__tiny_agent__bonus-{bonus:g}__s3"
         assert json.loads((run_dir / "args.json").read_text())["bonus"] == bonus
         assert json.loads((run_dir / "sweep.json").read_text())["label"] == f"tiny_agent bonus={bonus:g}"
+    # The other runs went on; the failures are named with the end of their log, and the sweep exits 1.
+    assert proc.returncode == 1
+    assert "2 run(s) finished, 2 failed" in proc.stdout
+    assert "FAILED" in proc.stdout and "Unknown env 'NoSuchEnv'" in proc.stdout
+    assert not (sweep_dir / "NoSuchEnv__tiny_agent__bonus-2__s3" / "sweep.json").exists()
 
 
 def test_a_sweep_killed_midway_finishes_on_restart_without_duplicated_or_missing_rows(tiny_agent, tmp_path):
@@ -160,13 +165,3 @@ def test_the_ray_launcher_runs_the_same_grid_on_a_ray_cluster(tiny_agent, tmp_pa
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "4 run(s) finished, 0 failed" in proc.stdout
     assert_complete(tmp_path / "sweep")
-
-
-def test_a_failing_run_is_reported_with_its_log_and_the_sweep_exits_1(tiny_agent, tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "cleanrl_style.sweep", "--agents", str(tiny_agent), "--envs", "NoSuchEnv", "--seeds", "1",
-         "--sweep-dir", str(tmp_path / "sweep"), "--flags", "--total-timesteps 20"],
-        cwd=REPO, capture_output=True, text=True)
-    assert proc.returncode == 1
-    assert "FAILED" in proc.stdout and "Unknown env 'NoSuchEnv'" in proc.stdout
-    assert not (tmp_path / "sweep" / "NoSuchEnv__tiny_agent__s1" / "sweep.json").exists()
