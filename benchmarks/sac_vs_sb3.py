@@ -1,0 +1,130 @@
+"""Gradient updates per second: ``agents/sac_nap.py`` (NaP off) against Stable-Baselines3 SAC.
+
+    python benchmarks/sac_vs_sb3.py                       # Hopper shapes, 256x256, batch 256, CPU
+    python benchmarks/sac_vs_sb3.py --device cuda --updates 2000
+
+Both sides get the same network widths, batch size, observation/action sizes and torch threads, in
+the same process. Each side's replay buffer is filled with the same random transitions, then each
+runs ``--updates`` gradient steps (critic, actor and temperature, target update) per round; rounds
+alternate between the two so that a busy machine slows both alike, and the median round counts.
+What is timed is the training step only (sampling a batch included), not environment stepping.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import tyro
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from cleanrl_style.evaluate import import_agent  # noqa: E402
+from cleanrl_style.replay import ReplayBuffer  # noqa: E402
+
+
+@dataclass
+class BenchArgs:
+    env: str = "Hopper-v5"
+    """environment whose observation/action sizes are used (no stepping is timed)"""
+    hidden: int = 256
+    """hidden width of both hidden layers, actor and critics (SB3's default net_arch)"""
+    batch_size: int = 256
+    """minibatch size"""
+    updates: int = 300
+    """gradient steps per timed round"""
+    rounds: int = 5
+    """alternating rounds per side; the median is reported"""
+    layer_norm: bool = False
+    """LayerNorm in sac_nap's networks (off: the very same networks as SB3's)"""
+    threads: int = 1
+    """torch threads for both sides (1 by default: on a shared CPU more threads than free cores thrash)"""
+    device: str = "cpu"
+    """torch device for both sides"""
+
+
+def make_ours(obs_dim, act_dim, low, high, args: BenchArgs):
+    sac = import_agent(str(REPO / "agents" / "sac_nap.py"))
+    agent_args = sac.Args(hidden_sizes=(args.hidden, args.hidden), batch_size=args.batch_size, nap=False,
+                          layer_norm=args.layer_norm, anneal_lr=False, device=args.device)
+    agent = sac.SoftActorCritic(obs_dim, act_dim, torch.as_tensor(low), torch.as_tensor(high), agent_args).to(args.device)
+    learner = sac.Learner(agent, agent_args)
+    rb = ReplayBuffer(100_000, (obs_dim,), (act_dim,), device=args.device)
+
+    def train(n: int) -> None:
+        for _ in range(n):
+            learner.update(rb.sample(args.batch_size))
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    return rb, train
+
+
+def make_sb3(env, args: BenchArgs):
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.logger import configure
+
+    model = SAC("MlpPolicy", env, policy_kwargs=dict(net_arch=[args.hidden, args.hidden]), batch_size=args.batch_size,
+                learning_starts=0, buffer_size=100_000, device=args.device, verbose=0)
+    model.set_logger(configure(None, []))
+
+    def train(n: int) -> None:
+        model.train(gradient_steps=n, batch_size=args.batch_size)
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    return model, train
+
+
+def main(args: BenchArgs) -> float:
+    import gymnasium as gym
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    env = gym.make(args.env)
+    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
+    low, high = env.action_space.low, env.action_space.high
+
+    # The same 10,000 random transitions on both sides.
+    rng = np.random.default_rng(0)
+    n = 10_000
+    obs = rng.standard_normal((n, obs_dim)).astype(np.float32)
+    next_obs = rng.standard_normal((n, obs_dim)).astype(np.float32)
+    actions = rng.uniform(low, high, (n, act_dim)).astype(np.float32)
+    rewards = rng.standard_normal(n).astype(np.float32)
+    dones = rng.random(n) < 0.01
+
+    rb, ours = make_ours(obs_dim, act_dim, low, high, args)
+    rb.add(torch.from_numpy(obs), torch.from_numpy(actions), torch.from_numpy(rewards), torch.from_numpy(next_obs),
+           torch.from_numpy(dones), torch.zeros(n, dtype=torch.bool))
+    model, sb3 = make_sb3(env, args)
+    for i in range(n):
+        model.replay_buffer.add(obs[i : i + 1], next_obs[i : i + 1], actions[i : i + 1], rewards[i : i + 1],
+                                dones[i : i + 1], [{}])
+
+    ours(20)  # warm-up (allocator, first-call overheads)
+    sb3(20)
+    rates: dict[str, list[float]] = {"sac_nap": [], "sb3": []}
+    for r in range(args.rounds):
+        for name, fn in (("sac_nap", ours), ("sb3", sb3)) if r % 2 == 0 else (("sb3", sb3), ("sac_nap", ours)):
+            start = time.perf_counter()
+            fn(args.updates)
+            rates[name].append(args.updates / (time.perf_counter() - start))
+    ours_rate, sb3_rate = statistics.median(rates["sac_nap"]), statistics.median(rates["sb3"])
+    ratio = ours_rate / sb3_rate
+    print(f"{args.env} shapes, {args.hidden}x{args.hidden}, batch {args.batch_size}, device {args.device}, "
+          f"torch threads {torch.get_num_threads()}, layer_norm={args.layer_norm}")
+    print(f"  sac_nap (NaP off): {ours_rate:8.1f} updates/s   rounds {[round(x, 1) for x in rates['sac_nap']]}")
+    print(f"  SB3 SAC:           {sb3_rate:8.1f} updates/s   rounds {[round(x, 1) for x in rates['sb3']]}")
+    print(f"  ratio: {ratio:.2f}x")
+    return ratio
+
+
+if __name__ == "__main__":
+    main(tyro.cli(BenchArgs))
