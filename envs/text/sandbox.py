@@ -7,8 +7,9 @@ Layers, from the kernel up (each one is there because the one above can be bypas
    (which also caps the captured output: stdout/stderr go to a file), open files, no core dumps,
    and ``RLIMIT_NPROC = 0`` so it cannot fork or start threads.
 3. When run as root: fresh network and mount namespaces (``unshare --net --mount``: no
-   interface but a down loopback, so no connection can be made; a size-capped tmpfs as the work
-   directory, so the total written is bounded) and, after the limits are set, a switch to the
+   interface but a down loopback, so no connection can be made; every mount remounted
+   read-only and a size-capped tmpfs as the work directory, so the kernel itself allows writes
+   there only and bounds their total) and, after the limits are set, a switch to the
    unprivileged ``nobody`` user, so the kernel enforces the process limit and ordinary file
    permissions (root ignores both).
 4. Inside the interpreter (``python -I``: no ``PYTHON*`` variables, no user site, no cwd on the
@@ -19,14 +20,15 @@ Layers, from the kernel up (each one is there because the one above can be bypas
 5. A scrubbed environment (``PATH``, ``HOME`` and ``TMPDIR`` pointing to the fresh temporary
    directory, ``LANG``, single-threaded BLAS): no secrets or tokens are inherited.
 
-Honest limits: the audit hook lives in the same interpreter as the code, so a determined
-attacker with a CPython memory-corruption bug could remove it; then layers 1-3 remain. Without
-root (no namespace, no uid switch) the network and file-system rules rest on the hook alone,
-the process rule on ``RLIMIT_NPROC`` (per user, so it also holds then), and disk use on the
-per-file limit times the CPU time. World-writable
-directories such as ``/tmp`` are closed by the hook only. This is a sandbox for model mistakes
-and mischief during RL, not a boundary against a targeted exploit: for that, run the whole
-trainer in a container or VM.
+Honest limits: the audit hook lives in the same interpreter as the code, so code that finds
+and rewrites it (through ``gc``, which is therefore not importable, or a CPython
+memory-corruption bug) escapes that layer; layers 1-3 remain, and as root they alone already
+stop writes, processes and network. Reads of world-readable host files (``/etc/passwd``) are
+then possible. Without root (no namespaces, no uid switch) the network and file-system rules
+rest on the hook alone, the process rule on ``RLIMIT_NPROC`` (per user, so it still holds),
+and disk use on the per-file limit times the CPU time. This is a sandbox for model mistakes and
+mischief during RL, not a boundary against a targeted exploit: for that, run the whole trainer
+in a container or VM.
 
 Because ``nobody`` may be unable to read the interpreter's files (a Python under ``/root``),
 the child imports the modules in ``SandboxLimits.preload`` before it drops privileges.
@@ -112,11 +114,13 @@ work = config["workdir"]
 os.chdir(work)
 code = open(os.path.join(work, "main.py"), encoding="utf-8").read()
 if config["tmpfs_bytes"] and os.geteuid() == 0:
-    # Private mount namespace (unshare --mount): a size-capped tmpfs over the work directory
-    # bounds the total disk the code can fill; it vanishes with the namespace.
+    # In the private mount namespace (unshare --mount) only: every mount becomes read-only, then a
+    # size-capped tmpfs over the work directory is the one writable place. The host's mounts
+    # are untouched, and descriptors opened before (the output file) keep writing.
     import subprocess
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d,mode=0700,uid=%d,gid=%d" % (config["tmpfs_bytes"], config["uid"], config["gid"]),
-                    "tmpfs", work], check=True)
+    script = ('for m in $(cut -d" " -f2 /proc/self/mounts | sort -u); do mount -o remount,bind,ro "$m" 2>/dev/null; done; '
+              'mount -t tmpfs -o "size=$2,mode=0700,uid=$3,gid=$3" tmpfs "$1"')
+    subprocess.run(["/bin/sh", "-c", script, "sh", work, str(config["tmpfs_bytes"]), str(config["uid"])], check=True)
     os.chdir(work)
 for name in config["preload"]:
     try:
@@ -148,7 +152,8 @@ def _install(work, read_roots):
         "socket.getaddrinfo", "socket.gethostbyname", "socket.sendto", "ctypes.dlopen", "ctypes.dlsym",
         "ctypes.call_function", "os.startfile", "winreg.OpenKey", "sys.remote_exec", "os.setuid", "os.chroot",
     })
-    blocked_modules = frozenset({"ctypes", "_ctypes", "cffi", "_cffi_backend", "mmap", "_posixsubprocess"})
+    # gc could reach the hook's closure and rewrite it; the others load or map native code.
+    blocked_modules = frozenset({"ctypes", "_ctypes", "cffi", "_cffi_backend", "mmap", "_posixsubprocess", "gc"})
     write_events = frozenset({"os.remove", "os.rename", "os.replace", "os.rmdir", "os.mkdir", "os.chmod", "os.chown",
                               "os.symlink", "os.link", "os.truncate", "os.utime", "os.chflags", "os.lchflags",
                               "os.setxattr", "os.removexattr", "shutil.rmtree", "shutil.move", "shutil.copyfile"})
@@ -181,6 +186,8 @@ def _install(work, read_roots):
             raise PermissionError(f"sandbox: {event} on {args[0]!r} is not allowed")
     _sys.addaudithook(hook)
 
+for name in ("gc", "ctypes", "_ctypes"):  # imports served from sys.modules raise no audit event
+    sys.modules.pop(name, None)
 _install(work, [sys.prefix, sys.base_prefix, sys.exec_prefix])
 del _install, limit, config
 sys.argv = ["main.py"]
