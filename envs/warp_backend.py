@@ -84,10 +84,6 @@ class WarpVectorEnv(TorchVectorEnv):
         max_episode_steps: int | None = None,
         **env_kwargs,
     ):
-        import mujoco
-        import mujoco_warp as mjw
-        import warp as wp
-
         if env_id not in TASKS:
             raise WarpUnsupportedError(
                 f"{env_id!r}: the warp backend implements {', '.join(TASKS)}. Use {ALTERNATIVES}."
@@ -105,6 +101,17 @@ class WarpVectorEnv(TorchVectorEnv):
 
         # The Gymnasium env is only read (model, spaces, parameters); it is never stepped.
         self._gym_env = gym.make(env_id, **env_kwargs).unwrapped
+        try:
+            self._build(env_id, num_envs, device, seed, nconmax, njmax, use_graph, sync_overflow_check, max_episode_steps)
+        except BaseException:
+            self._gym_env.close()
+            raise
+
+    def _build(self, env_id, num_envs, device, seed, nconmax, njmax, use_graph, sync_overflow_check, max_episode_steps):
+        import mujoco
+        import mujoco_warp as mjw
+        import warp as wp
+
         mjm = copy.copy(self._gym_env.model)
         self.solver_note = None
         if mjm.opt.solver == mujoco.mjtSolver.mjSOL_PGS:
