@@ -1,0 +1,187 @@
+"""`python -m cleanrl_style.plot`: figures from synthetic logs and the published curves; numbers by hand."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cleanrl_style.plot import (
+    REFERENCE_CSV, aggregate_rows, bootstrap_ci, curves_on_grid, iqm, load_runs, make_all, summary_rows, with_reference,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS = range(100, 1001, 100)
+# Final return of each (env, nap, seed): the curve is c * step / 1000, so the final value (mean over the
+# last 10% of steps, i.e. steps 900 and 1000) is 0.95 c.
+SCALES = {
+    ("Hopper", True): [100.0, 200.0, 300.0, 1000.0],
+    ("Hopper", False): [50.0, 60.0, 70.0, 80.0],
+    ("Walker2d", True): [10.0, 20.0, 30.0, 40.0],
+    ("Walker2d", False): [0.0, 10.0, 20.0, 30.0],
+}
+
+
+def write_run(run_dir: Path, args: dict, rows: list[tuple[int, float, str, float]]) -> Path:
+    run_dir.mkdir(parents=True)
+    (run_dir / "args.json").write_text(json.dumps(args))
+    with open(run_dir / "progress.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(("step", "time", "metric", "value"))
+        writer.writerows(rows)
+    return run_dir
+
+
+@pytest.fixture
+def synthetic_runs(tmp_path) -> Path:
+    """Two envs x (NaP on / off) x 4 seeds, with returns, NaP statistics and an evaluation."""
+    root = tmp_path / "runs"
+    for (env, nap), scales in SCALES.items():
+        for seed, c in enumerate(scales, start=1):
+            rows = []
+            for step in STEPS:
+                t = step / 10.0 * (1 if nap else 2)  # the no-NaP runs are slower in wall time
+                rows.append((step, t, "charts/episodic_return", c * step / 1000))
+                for layer in ("critic.0", "critic.3"):
+                    norm = 8.0 if nap else 8.0 + step / 100
+                    rows += [(step, t, f"nap/norm/{layer}", norm), (step, t, f"nap/eff_lr/{layer}", 3e-4 / norm)]
+            rows.append((1000, 100.0, "eval/return_mean", c))
+            args = {"env": env, "seed": seed, "exp_name": "ppo_nap", "nap": nap, "learning_rate": 3e-4, "run_dir": ""}
+            write_run(root / f"{env}__ppo_nap__{nap}__{seed}", args, rows)
+    return root
+
+
+def test_iqm_drops_the_lowest_and_highest_quarter():
+    assert iqm(np.array([1, 2, 3, 4, 100])) == 3.0  # n = 5: one dropped at each end
+    assert iqm(np.array([5, 1, 3, 2, 8, 13, 4, 7])) == (3 + 4 + 5 + 7) / 4
+    assert iqm(np.array([1.0, 5.0])) == 3.0  # fewer than 4 values: the mean
+
+
+def test_bootstrap_ci_of_the_mean_of_two_seeds_matches_the_exact_distribution():
+    # Resampling [0, 1] twice gives a mean of 0, 0.5 or 1 with probabilities 1/4, 1/2, 1/4.
+    low, high = bootstrap_ci(np.array([0.0, 1.0]), ci=0.95, n_boot=4000)
+    assert (low, high) == (0.0, 1.0)
+    low, high = bootstrap_ci(np.array([0.0, 1.0]), ci=0.4, n_boot=4000)  # the 30th and 70th percentiles
+    assert (low, high) == (0.5, 0.5)
+    assert bootstrap_ci(np.array([2.0, 2.0, 2.0]), n_boot=100) == (2.0, 2.0)
+
+
+def test_curves_are_interpolated_on_the_range_every_seed_covers():
+    from cleanrl_style.plot import RunData
+
+    a = RunData("E", 1, "x", {"m": np.array([[0, 0, 0.0], [10, 1, 10.0]])})
+    b = RunData("E", 2, "x", {"m": np.array([[2, 0, 4.0], [8, 1, 10.0]])})
+    grid, values = curves_on_grid([a, b], "m", points=4)
+    assert grid.tolist() == [2.0, 4.0, 6.0, 8.0]
+    assert values[0].tolist() == [2.0, 4.0, 6.0, 8.0]
+    assert values[1].tolist() == [4.0, 6.0, 8.0, 10.0]
+
+
+def test_lines_are_named_by_the_arguments_that_differ(synthetic_runs):
+    labels = {r.label for r in load_runs([synthetic_runs])}
+    assert labels == {"ppo_nap nap=True", "ppo_nap nap=False"}
+    assert {r.label for r in load_runs([synthetic_runs], group_by=["learning_rate"])} == {"ppo_nap learning_rate=0.0003"}
+
+
+def test_summary_table_matches_a_hand_computation(synthetic_runs):
+    rows = {(r["agent"], r["env"]): r for r in summary_rows(load_runs([synthetic_runs]))}
+    assert len(rows) == 4
+    hopper_nap = rows[("ppo_nap nap=True", "Hopper-v5")]
+    finals = 0.95 * np.array([100.0, 200.0, 300.0, 1000.0])
+    assert hopper_nap["seeds"] == 4 and hopper_nap["steps"] == 1000
+    assert hopper_nap["final_mean"] == pytest.approx(finals.mean())
+    assert hopper_nap["final_iqm"] == pytest.approx(0.95 * (200 + 300) / 2)
+    assert finals.min() <= hopper_nap["ci_low"] < hopper_nap["final_mean"] < hopper_nap["ci_high"] <= finals.max()
+    assert hopper_nap["eval_mean"] == pytest.approx(400.0)
+
+
+def test_aggregate_iqm_and_mean_of_normalized_scores_match_a_hand_computation(synthetic_runs):
+    rows = {r["agent"]: r for r in aggregate_rows(load_runs([synthetic_runs]))}
+    # Hopper finals span 0.95 * [50, 1000]; Walker2d 0.95 * [0, 40]: normalized scores per run.
+    hopper = {nap: [(c - 50) / 950 for c in SCALES[("Hopper", nap)]] for nap in (True, False)}
+    walker = {nap: [c / 40 for c in SCALES[("Walker2d", nap)]] for nap in (True, False)}
+    for nap in (True, False):
+        pooled = sorted(hopper[nap] + walker[nap])  # 8 scores: the IQM averages the middle 4
+        row = rows[f"ppo_nap nap={nap}"]
+        assert (row["envs"], row["runs"]) == (2, 8)
+        assert row["iqm"] == pytest.approx(np.mean(pooled[2:6]))
+        assert row["mean"] == pytest.approx(np.mean(pooled))
+        assert row["iqm_low"] <= row["iqm"] <= row["iqm_high"]
+        assert row["mean_low"] <= row["mean"] <= row["mean_high"]
+
+
+def is_png(path: Path) -> bool:
+    return path.exists() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+
+
+def test_the_command_writes_every_figure_and_table_from_synthetic_logs(synthetic_runs, tmp_path):
+    out = tmp_path / "plots"
+    proc = subprocess.run([sys.executable, "-m", "cleanrl_style.plot", str(synthetic_runs), "--out", str(out),
+                           "--n-boot", "200", "--estimator", "iqm"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("curves_steps.png", "curves_time.png", "aggregate.png", "nap_Hopper-v5.png", "nap_Walker2d-v5.png"):
+        assert is_png(out / name), name
+    summary = (out / "summary.md").read_text()
+    assert "| ppo_nap nap=True | Hopper-v5 | 4 | 1000 | 380 |" in summary  # 0.95 * mean(100, 200, 300, 1000)
+    with open(out / "summary.csv") as f:
+        assert len(list(csv.DictReader(f))) == 4
+
+
+def test_llm_figure_reads_success_rate_and_zero_variance_fraction(tmp_path):
+    root = tmp_path / "runs"
+    for seed in (1, 2):
+        rows = []
+        for step in range(1, 21):
+            rows += [(step, step * 3.0, "charts/success_rate", min(1.0, step / 20 + 0.05 * seed)),
+                     (step, step * 3.0, "charts/zero_variance_fraction", 1.0 - step / 25)]
+            if step % 5 == 0:
+                rows.append((step, step * 3.0, "charts/test_success_rate", step / 25))
+        write_run(root / f"tools__grpo__{seed}", {"env": "ToolUse-calculator", "seed": seed, "exp_name": "grpo"}, rows)
+    written = make_all(load_runs([root]), tmp_path / "plots", n_boot=100)
+    assert is_png(tmp_path / "plots" / "llm_ToolUse-calculator.png")
+    assert tmp_path / "plots" / "llm_ToolUse-calculator.png" in written
+
+
+def reference_final_by_hand(algorithm: str, env_id: str, budget: float) -> list[float]:
+    """Per seed: the mean of the published returns in the last 10% of the steps up to ``budget``."""
+    per_seed: dict[int, list[tuple[float, float]]] = {}
+    with open(REFERENCE_CSV, newline="") as f:
+        for row in csv.DictReader(f):
+            if row["algorithm"] == algorithm and row["env_id"] == env_id and float(row["env_step"]) <= budget:
+                per_seed.setdefault(int(row["seed"]), []).append((float(row["env_step"]), float(row["episodic_return"])))
+    finals = []
+    for points in per_seed.values():
+        last = max(s for s, _ in points)
+        finals.append(np.mean([v for s, v in points if s >= 0.9 * last]))
+    return finals
+
+
+def test_published_curves_alone_are_drawn_at_the_budget_every_algorithm_reached(tmp_path):
+    out = tmp_path / "plots"
+    proc = subprocess.run([sys.executable, "-m", "cleanrl_style.plot", "--reference", "--envs", "Hopper",
+                           "--out", str(out), "--n-boot", "200"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert is_png(out / "curves_steps.png") and is_png(out / "aggregate.png")
+    with open(out / "summary.csv") as f:
+        rows = {r["agent"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"SAC (published)", "MR.Q (published)", "SimbaV2 (UTD 2) (published)", "SimbaV2 (UTD 8) (published)"}
+    sac = reference_final_by_hand("SAC", "Hopper-v4", 1_000_000)  # SAC's curves go to 5M: cut at 1M
+    assert int(rows["SAC (published)"]["seeds"]) == len(sac) == 10
+    assert float(rows["SAC (published)"]["final_mean"]) == pytest.approx(np.mean(sac))
+    simba = reference_final_by_hand("SimbaV2 (UTD 2)", "Hopper-v4", 1_000_000)
+    assert float(rows["SimbaV2 (UTD 2) (published)"]["final_mean"]) == pytest.approx(np.mean(simba))
+
+
+def test_published_curves_are_cut_at_the_budget_of_the_runs(synthetic_runs):
+    runs = with_reference(load_runs([synthetic_runs]))
+    published = [r for r in runs if r.reference]
+    assert {r.env for r in published} == {"Hopper-v4", "Walker2d-v4"}
+    assert max(r.series["charts/episodic_return"][:, 0].max() for r in published) <= 1000
+    rows = {(r["agent"], r["env"]): r for r in summary_rows(runs)}
+    sac = reference_final_by_hand("SAC", "Walker2d-v4", 1000)
+    assert float(rows[("SAC (published)", "Walker2d-v4")]["final_mean"]) == pytest.approx(np.mean(sac))
