@@ -20,7 +20,6 @@ import platform
 import time
 
 import gymnasium as gym
-import mujoco
 import numpy as np
 import torch
 

@@ -223,14 +223,26 @@ class WarpVectorEnv(TorchVectorEnv):
             self._physics_step()
             self._forward()
             wp.synchronize_device(self._wp_device)
-            for name, fn in (("physics", self._physics_step), ("forward", self._forward)):
-                # Captured on warp's own (non-default) stream, replayed on torch's. The warm-up
-                # loaded what the step uses: do not load every module warp knows (minutes).
-                with wp.ScopedCapture(device=self._wp_device, force_module_load=False) as capture:
-                    fn()
-                self._graphs[name] = capture.graph
+            try:
+                self._capture_each()
+            except Exception as err:  # conditional graph nodes need a CUDA 12.4+ driver
+                warnings.warn(
+                    f"CUDA graph capture with conditional nodes failed ({err}); capturing the solver's "
+                    "iterations unrolled instead (m.opt.graph_conditional = False)."
+                )
+                self._m.opt.graph_conditional = False
+                self._capture_each()
             wp.synchronize_device(self._wp_device)
         # The warm-up moved the worlds; the first reset() restores them.
+
+    def _capture_each(self) -> None:
+        wp = self._wp
+        for name, fn in (("physics", self._physics_step), ("forward", self._forward)):
+            # Captured on warp's own (non-default) stream, replayed on torch's. The warm-up loaded
+            # what the step uses: do not load every module warp knows (minutes).
+            with wp.ScopedCapture(device=self._wp_device, force_module_load=False) as capture:
+                fn()
+            self._graphs[name] = capture.graph
 
     # ----- overflow --------------------------------------------------------------------------
     def _check_overflow(self) -> None:

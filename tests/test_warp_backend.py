@@ -8,7 +8,6 @@ compiles MuJoCo Warp's kernels (a few minutes; cached in ~/.cache/warp afterward
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from functools import lru_cache
