@@ -16,7 +16,6 @@ and arguments) is reported as well, because RC-GRPO's reward also requires it.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -26,9 +25,20 @@ from envs.text.suites import World
 from envs.text.tasks import Task
 
 
-def canonical(value: Any) -> str:
-    """A hashable, order-stable form of a JSON-like value (for multiset comparisons)."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=repr)
+def canonical(value: Any) -> Any:
+    """A hashable form of a JSON-like value for multiset comparisons: dicts become sorted item
+    tuples, lists tuples. Numbers stay numbers, so ``100`` and ``100.0`` count as the same."""
+    if isinstance(value, dict):
+        return ("dict", tuple(sorted((str(k), canonical(v)) for k, v in value.items())))
+    if isinstance(value, (list, tuple)):
+        return ("list", tuple(canonical(v) for v in value))
+    if isinstance(value, set):
+        return ("set", tuple(sorted(map(repr, value))))
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
 
 
 @dataclass

@@ -67,6 +67,8 @@ class SandboxLimits:
         preload: Modules imported before privileges drop (imports of other modules may fail).
         tmpfs_bytes: Size of the tmpfs mounted as the work directory when running as root (caps
             the total written to disk; without root only the per-file limit applies).
+        audit_hook: Install the interpreter-level hook. Turn off only to test that the kernel
+            layers hold on their own.
     """
 
     cpu_seconds: int = 3
@@ -76,6 +78,7 @@ class SandboxLimits:
     output_chars: int = 8000
     open_files: int = 64
     tmpfs_bytes: int = 64 << 20
+    audit_hook: bool = True
     preload: tuple[str, ...] = field(default_factory=lambda: DEFAULT_PRELOAD + (("numpy",) if importlib.util.find_spec("numpy") else ()))
 
 
@@ -188,7 +191,8 @@ def _install(work, read_roots):
 
 for name in ("gc", "ctypes", "_ctypes"):  # imports served from sys.modules raise no audit event
     sys.modules.pop(name, None)
-_install(work, [sys.prefix, sys.base_prefix, sys.exec_prefix])
+if config["audit_hook"]:
+    _install(work, [sys.prefix, sys.base_prefix, sys.exec_prefix])
 del _install, limit, config
 sys.argv = ["main.py"]
 exec(compile(code, "main.py", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
@@ -245,7 +249,7 @@ class PythonSandbox:
                 os.chown(workdir, NOBODY_UID, NOBODY_GID)
             config = {"workdir": workdir, "cpu_seconds": limits.cpu_seconds, "memory_bytes": limits.memory_bytes,
                       "file_bytes": limits.file_bytes, "open_files": limits.open_files, "preload": list(limits.preload),
-                      "uid": NOBODY_UID, "gid": NOBODY_GID, "tmpfs_bytes": limits.tmpfs_bytes if self.uses_namespaces else 0}
+                      "uid": NOBODY_UID, "gid": NOBODY_GID, "audit_hook": limits.audit_hook, "tmpfs_bytes": limits.tmpfs_bytes if self.uses_namespaces else 0}
             command = [self.python, "-I", "-c", _RUNNER, json.dumps(config)]
             if self.uses_namespaces:
                 command = ["unshare", "--net", "--mount", "--"] + command

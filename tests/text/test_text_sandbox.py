@@ -162,3 +162,23 @@ def test_tool_turn_limit_truncates():
     assert env.step(python_call("print(1)"))[3] is False
     _, reward, terminated, truncated, _ = env.step(python_call("print(1)"))
     assert truncated and not terminated and reward == 0.0
+
+
+def test_kernel_layers_hold_without_the_audit_hook(tmp_path):
+    """Defence in depth: as root, with namespaces, writes, processes and network are stopped by
+    the kernel even if the interpreter-level hook were gone."""
+    sandbox = PythonSandbox(SandboxLimits(cpu_seconds=1, wall_seconds=3.0, audit_hook=False,
+                                          preload=("os", "socket", "subprocess")))
+    if not sandbox.uses_namespaces:
+        pytest.skip("needs root and unshare --net --mount")
+    marker = f"/tmp/envs_text_kernel_probe_{os.getpid()}"
+    code = "\n".join(f"try:\n    {attempt}\n    print('ESCAPED')\nexcept BaseException as e:\n    print('held:', type(e).__name__)" for attempt in (
+        f"open({marker!r}, 'w').write('x')",
+        f"open({str(tmp_path / 'x')!r}, 'w').write('x')",
+        "import os; os.fork()",
+        "import socket; socket.create_connection(('1.1.1.1', 53), timeout=1)",
+        "import os; os.kill(1, 9)",
+    ))
+    result = sandbox.run(code + "\nopen('inside.txt', 'w').write('ok'); print(open('inside.txt').read())")
+    assert "ESCAPED" not in result.output and result.output.count("held:") == 5, result.output
+    assert result.output.rstrip().endswith("ok") and not os.path.exists(marker)

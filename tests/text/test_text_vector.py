@@ -80,3 +80,19 @@ def test_thread_pool_gives_the_same_results():
         return rewards_seen, [o[-1]["content"] for o in observations]
 
     assert run(1) == run(3)
+
+
+def test_python_reasoning_envs_step_in_a_thread_pool():
+    from envs.text.tir_env import ProblemSet, PythonReasoningEnv, PythonReasoningExpert
+
+    problems = ProblemSet(7, seed=0)
+    vec = TextVectorEnv([lambda: PythonReasoningEnv(problems)] * 2, num_threads=2)
+    observations, infos = vec.reset(seed=0, options=[{"problem_id": 3}, {"problem_id": 6}])
+    expert = PythonReasoningExpert()
+    total = np.zeros(2)
+    while not vec.all_done:
+        observations, rewards, *_, infos = vec.step([None if vec.done[i] else expert.act(o, info)
+                                                     for i, (o, info) in enumerate(zip(observations, infos))])
+        total += rewards
+    vec.close()
+    np.testing.assert_array_equal(total, 1.0)
