@@ -8,8 +8,6 @@ compiles MuJoCo Warp's kernels (a few minutes; cached in ~/.cache/warp afterward
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -267,10 +265,8 @@ def test_make_runs_an_episode_through_the_contract():
     env.close()
 
 
-def test_ppo_nap_smoke_run_on_warp(tmp_path):
-    cmd = [sys.executable, "agents/ppo_nap.py", "--env", "Hopper", "--backend", "warp", "--num-envs", "4",
-           "--num-steps", "8", "--total-timesteps", "64", "--num-minibatches", "2", "--update-epochs", "1",
-           "--eval-episodes", "0", "--no-progress-bar", "--run-dir", str(tmp_path / "run")]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=Path(__file__).parent.parent)
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_ppo_nap_smoke_run_on_warp(run_agent, tmp_path):
+    run_agent("ppo_nap", "--env", "Hopper", "--backend", "warp", "--num-envs", "4", "--num-steps", "8",
+              "--total-timesteps", "64", "--num-minibatches", "2", "--update-epochs", "1", "--eval-episodes", "0",
+              "--run-dir", str(tmp_path / "run"))
     assert "charts/SPS" in (tmp_path / "run" / "progress.csv").read_text()
