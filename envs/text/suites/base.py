@@ -11,10 +11,8 @@ deep-copyable, and compare equal exactly when all public state is equal.
 
 from __future__ import annotations
 
-import copy
 import inspect
 import pickle
-import typing
 from typing import Any, Callable, ClassVar, Mapping
 
 from envs.text.parsing import ToolCall
