@@ -18,6 +18,9 @@ or SIGTERM stops them. With ``--launcher ray`` each point is a Ray task (``--cpu
 that does the same on whichever node runs it: the sweep folder must then be on a filesystem every
 node sees, and the repository at the same path on every node.
 
+``--import my_envs`` imports a module (from the current directory or installed) before each run, so
+that an env it registers with Gymnasium can be named in ``--envs``.
+
 ``--grid KEY=V1,V2`` passes ``--KEY V`` to the agent (``true``/``false`` become ``--KEY`` /
 ``--no-KEY``); several ``--grid`` options multiply. ``--flags`` go unchanged to every run.
 A failed run is reported with the end of its log (``<run folder>/sweep.log``); the others go on,
@@ -56,6 +59,7 @@ class GridPoint:
     seed: int
     values: tuple[tuple[str, str], ...] = ()  # (flag, value) pairs from --grid, in grid order
     flags: tuple[str, ...] = ()  # --flags, passed unchanged
+    imports: tuple[str, ...] = ()  # modules imported before the agent runs (they register envs)
 
     @property
     def label(self) -> str:
@@ -102,7 +106,7 @@ def parse_grid(specs: list[str]) -> list[tuple[str, list[str]]]:
 
 
 def expand_grid(agents: list[str], envs: list[str], seeds: list[int], grid: list[tuple[str, list[str]]],
-                flags: list[str]) -> list[GridPoint]:
+                flags: list[str], imports: list[str] = ()) -> list[GridPoint]:
     """Every combination, in the order agent, env, grid values, seed."""
     keys = [k for k, _ in grid]
     points = []
@@ -112,7 +116,7 @@ def expand_grid(agents: list[str], envs: list[str], seeds: list[int], grid: list
         for env in envs:
             for combo in itertools.product(*[values for _, values in grid]):
                 for seed in seeds:
-                    points.append(GridPoint(name, agent_file, env, seed, tuple(zip(keys, combo)), tuple(flags)))
+                    points.append(GridPoint(name, agent_file, env, seed, tuple(zip(keys, combo)), tuple(flags), tuple(imports)))
     names = [p.folder_name() for p in points]
     if len(set(names)) != len(names):
         raise SystemExit("two grid points map to the same run folder: repeated agents, envs, seeds or grid values?")
@@ -128,10 +132,18 @@ def point_status(run_dir: Path) -> str:
     return "fresh"
 
 
+# Runs an agent script after importing modules that register environments: argv is MODULES AGENT FLAGS...
+IMPORT_SHIM = ("import importlib, runpy, sys; [importlib.import_module(m) for m in sys.argv[1].split(',') if m]; "
+               "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
 def command_for(point: GridPoint, run_dir: Path, status: str, python: str = sys.executable) -> list[str]:
+    start = [python, point.agent_file]
+    if point.imports:
+        start = [python, "-c", IMPORT_SHIM, ",".join(point.imports), point.agent_file]
     if status == "resume":
-        return [python, point.agent_file, "--resume", str(run_dir), "--no-progress-bar"]
-    return [python, point.agent_file, "--env", point.env, "--seed", str(point.seed), "--run-dir", str(run_dir),
+        return [*start, "--resume", str(run_dir), "--no-progress-bar"]
+    return [*start, "--env", point.env, "--seed", str(point.seed), "--run-dir", str(run_dir),
             "--no-progress-bar", *point.value_flags(), *point.flags]
 
 
@@ -155,8 +167,11 @@ def _finish(point: GridPoint, run_dir: Path, status: str, cmd: list[str], return
 
 
 def _child_env() -> dict[str, str]:
-    # One thread per run: the pool runs one process per core.
-    return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONWARNINGS": "ignore"}
+    # One thread per run: the pool runs one process per core. The sweep's working directory stays
+    # importable (runs start in the repository), for --import modules that live there.
+    path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONWARNINGS": "ignore",
+            "PYTHONPATH": path}
 
 
 def run_point(point: GridPoint, run_dir: str) -> dict:
@@ -255,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                         help="agent flag values to sweep; true/false become --KEY/--no-KEY; repeatable")
     parser.add_argument("--flags", default="", help='flags passed to every run, one string: "--total-timesteps 100000"')
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help="import this module before each agent runs (it registers your env); repeatable")
     parser.add_argument("--sweep-dir", default="runs/sweep", help="one run folder per grid point goes here")
     parser.add_argument("--launcher", choices=("local", "ray"), default="local")
     parser.add_argument("--workers", type=int, default=0, help="local: runs at once (default: one per core)")
@@ -266,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    points = expand_grid(args.agents, args.envs, args.seeds, parse_grid(args.grid), shlex.split(args.flags))
+    points = expand_grid(args.agents, args.envs, args.seeds, parse_grid(args.grid), shlex.split(args.flags), args.imports)
     sweep_dir = Path(args.sweep_dir).resolve()
     placed = [(p, sweep_dir / p.folder_name()) for p in points]
     todo = [(p, d) for p, d in placed if point_status(d) != "done"]
