@@ -55,6 +55,10 @@ _RENDER_KWARGS = ("render_mode", "width", "height", "camera_id", "camera_name", 
 class WarpVectorEnv(TorchVectorEnv):
     """MuJoCo Warp vector env; see the module docstring.
 
+    After each step, ``reward_terms`` holds the step's reward terms ``(N,)`` under Gymnasium's
+    ``info`` names (``reward_forward``, ``reward_ctrl``, ...) and ``x_velocity`` the forward
+    velocity; ``state`` holds torch views of the simulator arrays (:class:`StateViews`).
+
     Args:
         env_id: one of ``Humanoid-v5``, ``Ant-v5``, ``HalfCheetah-v5``, ``Hopper-v5``, ``Walker2d-v5``.
         num_envs: number of worlds.
