@@ -199,6 +199,12 @@ def test_masked_reset_leaves_other_worlds_untouched():
         assert (env.state.qpos[0] - init).abs().max() <= env.task.reset_noise_scale + 1e-6
         assert info["final_obs"][0, 0] < 0.6  # the fallen state (obs[0] is qpos[1], z)
         assert obs[0, 0] > 1.2  # the fresh episode
+        # The reset's forward pass ran over every world: the next step must not notice it.
+        actions = torch.as_tensor(np.stack([r[1] for r in healthy]))
+        ref_obs, ref_reward, *_ = reference.step(actions)
+        obs, reward, *_ = env.step(actions)
+        torch.testing.assert_close(obs[1:], ref_obs[1:], rtol=0, atol=0)
+        torch.testing.assert_close(reward[1:], ref_reward[1:], rtol=0, atol=0)
 
 
 def test_unsupported_model_feature_names_it_and_the_alternatives(tmp_path):
