@@ -135,3 +135,69 @@ def load_causal_lm(model: str | None = None, device: str = "cpu", dtype: Any = N
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return lm.to(device).eval(), tokenizer
+
+
+# ---- what the RL agents need on top of loading: dtype, special tokens, LoRA, export ----------------------------
+
+
+def default_dtype(device: str) -> Any:
+    """bfloat16 on a GPU that supports it, float32 elsewhere (CPU matmuls in bf16 are slow and lossy)."""
+    import torch
+
+    if str(device).startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+def add_special_tokens(model: Any, tokenizer: Any, tokens: list[str]) -> list[int]:
+    """Add ``tokens`` to the tokenizer as special tokens (never split) and grow the embeddings.
+
+    New rows are initialized to the mean of the existing embeddings (transformers' mean resizing),
+    so the model's behaviour does not jump before they are trained. Tokens already present are
+    left alone. Returns the tokens' ids.
+    """
+    missing = [t for t in tokens if t not in tokenizer.get_vocab()]
+    if missing:
+        tokenizer.add_special_tokens({"additional_special_tokens": missing}, replace_extra_special_tokens=False)
+        if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+            model.resize_token_embeddings(len(tokenizer), mean_resizing=True)
+    return tokenizer.convert_tokens_to_ids(tokens)
+
+
+def add_lora(model: Any, rank: int, alpha: float, dropout: float = 0.0, target_modules: str | list[str] = "all-linear",
+             trainable_token_ids: list[int] | None = None) -> Any:
+    """Wrap ``model`` with LoRA adapters (``peft``); only the adapters (and ``trainable_token_ids``'
+    embedding rows, e.g. freshly added special tokens) are trained. The frozen base is the reference
+    policy for free: ``with model.disable_adapter(): ...``."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules,
+                        trainable_token_indices=trainable_token_ids or None, task_type="CAUSAL_LM")
+    return get_peft_model(model, config)
+
+
+def unwrap(model: Any) -> Any:
+    """The transformers model inside a ``peft`` wrapper (the model itself otherwise)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def save_model_folder(model: Any, tokenizer: Any, folder: str | os.PathLike) -> Path:
+    """Write an ordinary transformers checkpoint (LoRA merged in) that ``load_causal_lm(folder)`` reads.
+
+    Written to a staging folder and renamed, so a reader never sees half of it.
+    """
+    import copy
+
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    plain = copy.deepcopy(model).merge_and_unload() if hasattr(model, "merge_and_unload") else model
+    staging = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    try:
+        plain.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        if folder.exists():
+            shutil.rmtree(folder)
+        staging.rename(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder

@@ -1,0 +1,72 @@
+"""A tiny randomly initialized causal LM for the LLM tests: nothing is downloaded.
+
+The tokenizer is SmolLM2's, from the converted cache of ``cleanrl_style.llm_model`` when that
+exists on the machine; otherwise a small byte-level BPE is trained here on the environment's own
+text, with a ChatML template. The model is a 2-layer Llama built from a config.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+def cached_smollm2_tokenizer_dir() -> Path | None:
+    try:
+        from cleanrl_style.llm_model import converted_cache_dir, default_model_dir, find_gguf
+
+        gguf = find_gguf(default_model_dir())
+        folder = converted_cache_dir(gguf) if gguf else None
+    except Exception:
+        return None
+    return folder if folder is not None and (folder / "tokenizer.json").exists() else None
+
+
+def build_tokenizer():
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    folder = cached_smollm2_tokenizer_dir()
+    if folder is not None:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    else:
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+        from envs.text import ExpertPolicy, ToolUseEnv, rollout
+
+        env = ToolUseEnv(split=None, num_tasks=40, seed=0, variants=("base", "missing_parameter"))
+        texts = [m["content"] for t in range(40) for m in rollout(env, ExpertPolicy(), options={"task_id": t}).messages]
+        raw = Tokenizer(models.BPE())
+        raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        raw.decoder = decoders.ByteLevel()
+        raw.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=2000, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|im_end|>", bos_token="<|im_start|>",
+                                            unk_token="<|endoftext|>")
+        tokenizer.chat_template = CHATML
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def build_tiny_model(tokenizer, seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=8192,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                         bos_token_id=tokenizer.bos_token_id, tie_word_embeddings=True)
+    return LlamaForCausalLM(config).eval()
+
+
+def save_tiny_model(folder: Path, seed: int = 0) -> Path:
+    """A tiny model and its tokenizer as a transformers folder (what ``--model`` takes)."""
+    tokenizer = build_tokenizer()
+    model = build_tiny_model(tokenizer, seed)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
