@@ -11,7 +11,7 @@ projects each layer's weights back to their initial norm, so an explicit learnin
 the only schedule of the effective learning rate. ``--no-nap`` / ``--no-layer-norm`` give the
 ablations from the same file.
 
-The two critics are one ``Ensemble``: stacked weights, one batched (vmapped) call for both.
+The two critics are one ``Ensemble``: stacked weights, one batched call for both.
 
 Choices made here (the papers leave them open):
 - NaP: each critic member is projected to its own initial norms; the output layers stay free and

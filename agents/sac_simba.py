@@ -14,7 +14,7 @@ mapped onto [-10, 2] as ``-10 + 12 * 0.5 * (1 + tanh(raw))``; evaluation acts wi
 Each gradient step updates the actor, then the temperature, then the critics (their target uses the
 fresh actor and temperature), then the target critics.
 
-The two critics are one ``Ensemble``: stacked weights, one vmapped call for both.
+The two critics are one ``Ensemble``: stacked weights, one batched call for both.
 
 Choices made here (not fixed by REFERENCE.md):
 - ``--clipped-double-q auto`` (default): the target and the actor take the minimum of the two
@@ -176,7 +176,7 @@ class SimbaSAC(nn.Module):
 class Learner:
     def __init__(self, agent: SimbaSAC, args: Args):
         self.agent, self.args = agent, args
-        adamw = dict(lr=args.learning_rate, weight_decay=args.weight_decay)
+        adamw = dict(lr=args.learning_rate, weight_decay=args.weight_decay, fused=True)
         self.actor_opt = torch.optim.AdamW(agent.actor.parameters(), **adamw)
         self.critic_opt = torch.optim.AdamW(agent.critic.parameters(), **adamw)
         self.alpha_opt = torch.optim.Adam([agent.log_alpha], lr=args.alpha_lr)

@@ -24,7 +24,7 @@ What Symphony puts together, as restated in REFERENCE.md:
 - **Blocks**: ``Linear -> LayerNorm -> Linear -> ReSine -> Linear``, hidden 512, with ReSine
   ``s = sigmoid(p); f = s sin(x / s); out = f sigmoid(1.5 f / s)``, ``p`` learnable per unit.
 
-The three critic sub-networks are one ``Ensemble``: stacked weights, one vmapped call.
+The three critic sub-networks are one ``Ensemble``: stacked weights, one batched call.
 
 Choices made here (not fixed by REFERENCE.md; each is a flag or noted in the code):
 - ``S`` and ``B`` must lie in (0, 1) for ``S^(1/B)``, ``x ln x`` and ``Omega`` to be defined: they
@@ -154,6 +154,8 @@ def temporal_advantage(q_next: torch.Tensor, q_bar: torch.Tensor, a: float, eps:
 class ReSine(nn.Module):
     """``s = sigmoid(p); f = s sin(x / s); out = f sigmoid(1.5 f / s)``, one learnable ``p`` per unit."""
 
+    ensemble_broadcast = True  # p only broadcasts elementwise: the critic Ensemble may stack it (E, 1, dim)
+
     def __init__(self, dim: int):
         super().__init__()
         self.p = nn.Parameter(torch.zeros(dim))
@@ -228,7 +230,8 @@ class Learner:
     def __init__(self, agent: Symphony, args: Args):
         self.agent, self.args = agent, args
         params = list(agent.actor.parameters()) + list(agent.critic.parameters())
-        self.optimizer = torch.optim.AdamW(params, lr=args.learning_rate, betas=tuple(args.betas), weight_decay=args.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            params, lr=args.learning_rate, betas=tuple(args.betas), weight_decay=args.weight_decay, fused=True)
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         agent, args = self.agent, self.args
