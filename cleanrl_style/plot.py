@@ -259,7 +259,8 @@ def aggregate_rows(runs: list[RunData], metric: str = RETURN, final_fraction: fl
     """Per line, across envs: IQM and mean of min-max normalized final scores with stratified bootstrap CIs.
 
     An env's normalization spans the final scores of every run on it (all lines), so 0 is the worst
-    run and 1 the best; published curves, when given, take part like any other line.
+    run and 1 the best; published curves, when given, take part like any other line. An env on which
+    every run scored the same (all solved it) tells the lines nothing apart and is left out.
     """
     finals = {id(r): final_value(r.series[metric], final_fraction) for r in runs if metric in r.series}
     bounds: dict[str, tuple[float, float]] = {}
@@ -270,16 +271,17 @@ def aggregate_rows(runs: list[RunData], metric: str = RETURN, final_fraction: fl
     rng = np.random.default_rng(seed)
     per_label: dict[str, dict[str, list[float]]] = {}
     for r in runs:
-        if id(r) in finals:
+        if id(r) in finals and bounds[r.env_key][1] > bounds[r.env_key][0]:
             lo, hi = bounds[r.env_key]
-            score = (finals[id(r)] - lo) / (hi - lo) if hi > lo else 0.0
+            score = (finals[id(r)] - lo) / (hi - lo)
             per_label.setdefault(r.label, {}).setdefault(r.env_key, []).append(score)
     rows = []
     for label, per_env in per_label.items():
         groups = [np.array(v) for _, v in sorted(per_env.items())]
         iqm_point, iqm_lo, iqm_hi = stratified_bootstrap_ci(groups, iqm, ci, n_boot, rng)
         mean_point, mean_lo, mean_hi = stratified_bootstrap_ci(groups, mean, ci, n_boot, rng)
-        rows.append({"agent": label, "envs": len(groups), "runs": sum(len(g) for g in groups), "iqm": iqm_point,
+        rows.append({"agent": label, "envs": len(groups), "env_names": " ".join(sorted(per_env)),
+                     "runs": sum(len(g) for g in groups), "iqm": iqm_point,
                      "iqm_low": iqm_lo, "iqm_high": iqm_hi, "mean": mean_point, "mean_low": mean_lo,
                      "mean_high": mean_hi})
     return rows
@@ -509,7 +511,10 @@ def with_reference(runs: list[RunData], env_keys: set[str] | None = None) -> lis
             longest = max(x.series[RETURN][:, 0].max() for x in reference if x.env_key == r.env_key and x.label == r.label)
             budget[r.env_key] = min(budget.get(r.env_key, math.inf), float(longest))
     reference = [cut_at(r, budget[r.env_key]) for r in reference]
-    return own + [r for r in reference if r.series]
+    # A published curve logged too sparsely to reach near the budget (SimbaV2: every 50k steps) says nothing there.
+    reference = [r for r in reference if RETURN in r.series and len(r.series[RETURN]) >= 2
+                 and r.series[RETURN][-1, 0] >= 0.5 * budget[r.env_key]]
+    return own + reference
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -233,8 +233,17 @@ def run_ray(points: list[tuple[GridPoint, Path]], address: str | None, cpus_per_
     """Run the points as Ray tasks on the cluster at ``address`` (or the Ray instance already initialized)."""
     import ray
 
-    if not ray.is_initialized():
+    connected_here = not ray.is_initialized()
+    if connected_here:
         ray.init(address=address, log_to_driver=False)
+    try:
+        return _run_ray_tasks(ray, points, cpus_per_run, echo)
+    finally:
+        if connected_here:
+            ray.shutdown()  # disconnects this driver; a cluster started elsewhere keeps running
+
+
+def _run_ray_tasks(ray, points: list[tuple[GridPoint, Path]], cpus_per_run: float, echo) -> list[dict]:
     task = ray.remote(num_cpus=cpus_per_run, max_retries=0)(run_point)
     futures = {task.remote(point, str(run_dir)): run_dir for point, run_dir in points}
     for run_dir in futures.values():
@@ -269,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                         help="agent flag values to sweep; true/false become --KEY/--no-KEY; repeatable")
-    parser.add_argument("--flags", default="", help='flags passed to every run, one string: "--total-timesteps 100000"')
+    parser.add_argument("--flags", default="", help='flags passed to every run, one string: "--total-timesteps 100000" (a single flag: --flags="--no-nap")')
     parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                         help="import this module before each agent runs (it registers your env); repeatable")
     parser.add_argument("--sweep-dir", default="runs/sweep", help="one run folder per grid point goes here")
