@@ -166,23 +166,27 @@ def _finish(point: GridPoint, run_dir: Path, status: str, cmd: list[str], return
     return record
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(workdir: str | None = None) -> dict[str, str]:
     # One thread per run: the pool runs one process per core. The sweep's working directory stays
     # importable (runs start in the repository), for --import modules that live there.
-    path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
+    path = os.pathsep.join(p for p in (workdir or os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONWARNINGS": "ignore",
             "PYTHONPATH": path}
 
 
-def run_point(point: GridPoint, run_dir: str) -> dict:
-    """Run (or resume) one grid point to the end in this process's node; the body of a Ray task."""
+def run_point(point: GridPoint, run_dir: str, workdir: str | None = None) -> dict:
+    """Run (or resume) one grid point to the end on this process's node; the body of a Ray task.
+
+    ``workdir``: the sweep's working directory, put on the run's import path (--import modules).
+    """
     run_dir = Path(run_dir)
     status, cmd = _prepare(point, run_dir)
     start = time.time()
     with open(run_dir / LOG_NAME, "a") as log:
         log.write(f"$ {shlex.join(cmd)}\n")
         log.flush()
-        returncode = subprocess.run(cmd, cwd=REPO_ROOT, env=_child_env(), stdout=log, stderr=subprocess.STDOUT).returncode
+        returncode = subprocess.run(cmd, cwd=REPO_ROOT, env=_child_env(workdir), stdout=log,
+                                    stderr=subprocess.STDOUT).returncode
     return _finish(point, run_dir, status, cmd, returncode, time.time() - start)
 
 
@@ -245,7 +249,7 @@ def run_ray(points: list[tuple[GridPoint, Path]], address: str | None, cpus_per_
 
 def _run_ray_tasks(ray, points: list[tuple[GridPoint, Path]], cpus_per_run: float, echo) -> list[dict]:
     task = ray.remote(num_cpus=cpus_per_run, max_retries=0)(run_point)
-    futures = {task.remote(point, str(run_dir)): run_dir for point, run_dir in points}
+    futures = {task.remote(point, str(run_dir), os.getcwd()): run_dir for point, run_dir in points}
     for run_dir in futures.values():
         echo(f"[submitted] {run_dir.name}")
     records = []
