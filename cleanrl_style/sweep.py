@@ -39,7 +39,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cleanrl_style.checkpoint import CHECKPOINT_NAME

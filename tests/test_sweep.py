@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cleanrl_style.sweep import GridPoint, expand_grid, parse_grid
+from cleanrl_style.sweep import expand_grid, parse_grid
 
 REPO = Path(__file__).resolve().parents[1]
 
