@@ -25,3 +25,14 @@ def run_agent(tmp_path):
         return proc
 
     return _run
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread():
+    """Small networks run fastest single-threaded on a 2-core machine (as the agents default to)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
