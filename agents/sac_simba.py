@@ -262,6 +262,7 @@ if __name__ == "__main__":
             updates_from = run.start_step + args.learning_starts
     updates_per_vector_step = max(1, round(args.updates_per_step * args.num_envs))
 
+    cdq_decided = agent.clipped_double_q.item() != -1
     global_step = run.start_step
     obs, _ = vec_env.reset()
     agent.obs_norm.update(obs)
@@ -291,8 +292,9 @@ if __name__ == "__main__":
 
         # ---- learn -------------------------------------------------------------------------------
         if global_step >= updates_from and len(rb) >= args.batch_size:
-            if agent.clipped_double_q.item() == -1:  # auto: episodic iff the warm-up saw a termination
+            if not cdq_decided:  # auto: episodic iff the warm-up saw a termination
                 agent.clipped_double_q.fill_(int(rb.terminated[: len(rb)].any().item()))
+                cdq_decided = True
                 print(f"clipped double-Q {'on' if agent.clipped_double_q.item() else 'off'} "
                       f"({'terminations' if agent.clipped_double_q.item() else 'no termination'} in the warm-up data)")
             for _ in range(updates_per_vector_step):
