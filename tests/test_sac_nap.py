@@ -1,7 +1,5 @@
 """SAC with NaP: the soft target, the policy head, the projection, learning, resuming."""
 
-import math
-
 import pytest
 import torch
 
