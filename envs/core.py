@@ -101,6 +101,17 @@ class TorchVectorEnv(ABC):
     def close(self) -> None:  # pragma: no cover - backends without resources need nothing
         pass
 
+    def _from_numpy(self, obs, reward, terminated, truncated, final_obs) -> tuple[torch.Tensor, ...]:
+        """A host backend's NumPy step result as the contract's tensors on ``self.device``."""
+        as_tensor = lambda array, dtype: torch.as_tensor(array, dtype=dtype).to(self.device)  # noqa: E731
+        return (
+            as_tensor(obs, torch.float32),
+            as_tensor(reward, torch.float32),
+            as_tensor(terminated, torch.bool),
+            as_tensor(truncated, torch.bool),
+            as_tensor(final_obs, torch.float32),
+        )
+
     # ----- the contract --------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
         obs = self._reset(seed)

@@ -58,15 +58,12 @@ class EnvpoolVectorEnv(TorchVectorEnv):
         act_space = gym.spaces.Box(act_space.low.astype(np.float32), act_space.high.astype(np.float32), dtype=np.float32)
         super().__init__(env_id, num_envs, obs_space, act_space, device)
 
-    def _to_torch(self, array: np.ndarray, dtype=torch.float32) -> torch.Tensor:
-        return torch.as_tensor(array, dtype=dtype).to(self.device)
-
     def _reset(self, seed: int | None) -> torch.Tensor:
         if seed is not None:
             obs, _ = self.pool.reset(seed=[seed + i for i in range(self.num_envs)])
         else:
             obs, _ = self.pool.reset()
-        return self._to_torch(obs)
+        return torch.as_tensor(obs, dtype=torch.float32).to(self.device)
 
     def _step(self, actions: torch.Tensor):
         action_array = actions.cpu().numpy().astype(np.float64)
@@ -74,17 +71,10 @@ class EnvpoolVectorEnv(TorchVectorEnv):
         final_obs = obs
         done_ids = np.flatnonzero(terminated | truncated)
         if done_ids.size:
-            final_obs = obs
-            obs = obs.copy()
+            obs = obs.copy()  # final_obs keeps the pre-reset rows
             reset_obs, reset_info = self.pool.reset(done_ids)
             obs[reset_info["env_id"]] = reset_obs
-        return (
-            self._to_torch(obs),
-            self._to_torch(reward),
-            self._to_torch(terminated, torch.bool),
-            self._to_torch(truncated, torch.bool),
-            self._to_torch(final_obs),
-        )
+        return self._from_numpy(obs, reward, terminated, truncated, final_obs)
 
     def close(self) -> None:
         close = getattr(self.pool, "close", None)

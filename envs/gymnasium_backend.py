@@ -39,15 +39,12 @@ class GymnasiumVectorEnv(TorchVectorEnv):
             raise
         self._seed = seed
 
-    def _to_torch(self, array: np.ndarray, dtype=torch.float32) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(array), dtype=dtype).to(self.device)
-
     def _reset(self, seed: int | None) -> torch.Tensor:
         if seed is None:
             # The first reset uses the seed given to make(); later unseeded resets continue the RNGs.
             seed, self._seed = self._seed, None
         obs, _ = self.vec.reset(seed=seed)
-        return self._to_torch(obs)
+        return torch.as_tensor(obs, dtype=torch.float32).to(self.device)
 
     def _step(self, actions: torch.Tensor):
         obs, reward, terminated, truncated, info = self.vec.step(actions.cpu().numpy())
@@ -56,13 +53,7 @@ class GymnasiumVectorEnv(TorchVectorEnv):
             final_obs = obs.copy()
             for i in np.flatnonzero(info["_final_obs"]):
                 final_obs[i] = info["final_obs"][i]
-        return (
-            self._to_torch(obs),
-            self._to_torch(reward),
-            self._to_torch(terminated, torch.bool),
-            self._to_torch(truncated, torch.bool),
-            self._to_torch(final_obs),
-        )
+        return self._from_numpy(obs, reward, terminated, truncated, final_obs)
 
     def close(self) -> None:
         self.vec.close()
