@@ -342,7 +342,8 @@ def _draw_band(ax, runs: list[RunData], metric: str, x: str, color, estimator: s
         return False
     grid, values = curve
     center = ESTIMATORS[estimator](values, axis=0)
-    ax.plot(grid, center, color=color, label=label, linestyle=linestyle, lw=1.6)
+    # A metric logged once (a final test success rate) is a point, drawn as a marker.
+    ax.plot(grid, center, color=color, label=label, linestyle=linestyle, lw=1.6, marker="o" if len(grid) == 1 else None)
     if len(values) > 1:
         lo, hi = bootstrap_ci(values, ESTIMATORS[estimator], ci, n_boot, rng)
         ax.fill_between(grid, lo, hi, color=color, alpha=0.2, lw=0)
