@@ -29,7 +29,6 @@ from torch import nn
 
 import envs
 from cleanrl_style import NormProjector, RewardScaler, Run, RunArgs, RunningNorm, mlp
-from cleanrl_style.evaluate import evaluate_policy
 
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -311,9 +310,5 @@ if __name__ == "__main__":
             )
     vec_env.close()
 
-    if args.eval_episodes > 0:
-        agent.eval()
-        eval_returns = evaluate_policy(agent.act, args.env, args.eval_episodes, seed=args.seed + 10_000, device=device)
-        run.log(global_step, {"eval/return_mean": eval_returns.mean(), "eval/return_std": eval_returns.std()})
-        print(f"evaluation over {args.eval_episodes} episodes: {eval_returns.mean():.1f} +- {eval_returns.std():.1f}")
+    run.final_evaluation(agent, global_step)
     run.close()

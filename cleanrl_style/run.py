@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from cleanrl_style.checkpoint import CHECKPOINT_NAME, load_checkpoint, rng_states, save_checkpoint, seed_everything, set_rng_states
-from cleanrl_style.logger import RunLogger
+from cleanrl_style.logger import RunLogger, read_progress
 
 RUNS_DIR = Path(os.environ.get("CLEANRL_STYLE_RUNS", "runs"))
 
@@ -171,6 +171,26 @@ class Run:
 
     def checkpoint_due(self, global_step: int) -> bool:
         return global_step - self._last_checkpoint_step >= self.args.checkpoint_every
+
+    def final_evaluation(self, policy: torch.nn.Module, global_step: int) -> None:
+        """Deterministic evaluation at the end of training (``--eval-episodes``), logged as ``eval/*``.
+
+        ``policy.act(obs)`` gives actions for raw observations; ``policy.eval()`` freezes its
+        normalizer statistics. A resumed run that had already evaluated does not log it twice.
+        """
+        episodes = self.args.eval_episodes
+        if episodes <= 0:
+            return
+        done_before = [v for s, _, v in read_progress(self.dir).get("eval/return_mean", []) if s == global_step]
+        if done_before:
+            print(f"already evaluated at step {global_step}: return {done_before[-1]:.1f}")
+            return
+        from cleanrl_style.evaluate import evaluate_policy
+
+        policy.eval()
+        returns = evaluate_policy(policy.act, self.args.env, episodes, seed=self.args.seed + 10_000, device=self.device)
+        self.log(global_step, {"eval/return_mean": returns.mean(), "eval/return_std": returns.std()})
+        print(f"evaluation over {episodes} episodes: {returns.mean():.1f} +- {returns.std():.1f}")
 
     def close(self) -> None:
         if self._bar is not None:

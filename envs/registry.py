@@ -7,6 +7,7 @@ takes the first of ``AUTO_ORDER`` that is installed and supports the env (the fa
 from __future__ import annotations
 
 import difflib
+import importlib
 import importlib.util
 from dataclasses import dataclass
 from typing import Callable
@@ -40,7 +41,17 @@ class UnknownEnvError(ValueError):
 
 
 def resolve_env_id(env_id: str) -> str:
-    """Map a short name to its Gymnasium id; pass registered ids through; else list the known ones."""
+    """Map a short name to its Gymnasium id; pass registered ids through; else list the known ones.
+
+    ``module:EnvId`` imports ``module`` first (as ``gymnasium.make`` does), so an env that
+    registers itself on import works from any agent's command line: ``--env my_envs:MyEnv-v0``.
+    """
+    if ":" in env_id:
+        module, _, env_id = env_id.partition(":")
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise UnknownEnvError(f"Could not import {module!r} to register {env_id!r}: {error}") from error
     if env_id in SHORT_NAMES:
         return SHORT_NAMES[env_id]
     if env_id in gym.registry:

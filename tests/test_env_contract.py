@@ -132,6 +132,12 @@ def test_auto_picks_envpool_for_mujoco_and_gymnasium_for_other_registered_envs()
     assert envs.make("ContractTestPendulum-v0", 1).backend == "gymnasium"
 
 
+def test_module_prefix_imports_the_module_that_registers_the_env():
+    assert envs.resolve_env_id("gymnasium.envs.classic_control:Pendulum-v1") == "Pendulum-v1"
+    with pytest.raises(envs.UnknownEnvError, match="Could not import 'no_such_module'"):
+        envs.resolve_env_id("no_such_module:MyEnv-v0")
+
+
 def test_unknown_env_lists_known_names_and_closest_match():
     with pytest.raises(envs.UnknownEnvError) as error:
         envs.make("Humanod", 1)

@@ -90,7 +90,11 @@ def test_unknown_env_and_bad_batch_are_reported(run_agent):
 
 def test_evaluate_cli_reports_mean_and_std(run_agent, tmp_path):
     run_dir = tmp_path / "cli"
-    run_agent("ppo_nap", *FAST, "--total-timesteps", "256", "--eval-episodes", "0", "--run-dir", str(run_dir))
+    run_agent("ppo_nap", *FAST, "--total-timesteps", "256", "--eval-episodes", "1", "--run-dir", str(run_dir))
+    # resuming a finished run neither trains nor evaluates again
+    resumed = run_agent("ppo_nap", "--resume", str(run_dir))
+    assert "already evaluated at step 256" in resumed.stdout
+    assert len(read_progress(run_dir)["eval/return_mean"]) == 1
     out = subprocess.run([sys.executable, "-m", "cleanrl_style.evaluate", str(run_dir), "--episodes", "2"],
                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
