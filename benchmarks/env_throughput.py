@@ -7,7 +7,7 @@ machine's physics throughput it delivers.
 
     python benchmarks/env_throughput.py                              # Humanoid, all backends, CPU
     python benchmarks/env_throughput.py --num-envs 1024 8192 --device cuda --backends warp
-    python benchmarks/env_throughput.py --markdown benchmarks/README_env_throughput.md
+    python benchmarks/env_throughput.py --markdown benchmarks/README.md
 
 Steps are env steps summed over sub-environments (one env step = ``frame_skip`` physics steps).
 """

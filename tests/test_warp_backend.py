@@ -29,7 +29,7 @@ NUM_STATES = 16
 
 
 # MuJoCo Warp and MuJoCo disagree on Ant in contact (up to 0.5 in qvel after one substep; with the
-# elliptic cone instead of Gymnasium's pyramidal one they agree to 1e-5: see envs/README_warp.md),
+# elliptic cone instead of Gymnasium's pyramidal one they agree to 1e-5: see docs/warp_backend.md),
 # while Humanoid, Hopper, Walker2d and HalfCheetah agree to float32 precision. Ant's definitions are still checked exactly
 # (test_definitions_match_gymnasium); its dynamics parity is not claimed.
 DYNAMICS_PARITY = [e for e in TASKS if e != "Ant-v5"]

@@ -1,4 +1,4 @@
-"""Multi-turn text environments for LLM tool use (see README.md in this folder).
+"""Multi-turn text environments for LLM tool use (see docs/text_envs.md).
 
     from envs.text import ToolUseEnv, ExpertPolicy, rollout
     env = ToolUseEnv(split="train", seed=0)
