@@ -54,7 +54,6 @@ from torch import nn
 import envs
 from cleanrl_style import Run, RunArgs
 from cleanrl_style.ensemble import Ensemble
-from cleanrl_style.evaluate import evaluate_policy
 from cleanrl_style.replay import Batch, FadingReplayBuffer, fading_tanh
 
 PHI = (1 + math.sqrt(5)) / 2
@@ -352,9 +351,5 @@ if __name__ == "__main__":
             run.save(global_step, agent=agent.state_dict(), optimizer=learner.optimizer.state_dict(), **extra)
     vec_env.close()
 
-    if args.eval_episodes > 0:
-        agent.eval()
-        eval_returns = evaluate_policy(agent.act, args.env, args.eval_episodes, seed=args.seed + 10_000, device=device)
-        run.log(global_step, {"eval/return_mean": eval_returns.mean(), "eval/return_std": eval_returns.std()})
-        print(f"evaluation over {args.eval_episodes} episodes: {eval_returns.mean():.1f} +- {eval_returns.std():.1f}")
+    run.final_evaluation(agent, global_step)
     run.close()

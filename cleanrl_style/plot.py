@@ -369,7 +369,7 @@ def plot_curves(runs: list[RunData], out: Path, metric: str = RETURN, x: str = "
         ax.set_xlabel("environment steps" if x == "step" else "wall-clock time (s)")
         ax.set_ylabel(metric.split("/")[-1].replace("_", " "))
         ax.grid(alpha=0.3)
-    handles, labels = {}, []
+    handles = {}
     for ax in axes:
         for h, l in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(l, h)
