@@ -28,7 +28,7 @@ import tyro
 from torch import nn
 
 import envs
-from cleanrl_style import NormProjector, RewardScaler, Run, RunArgs, RunningNorm, mlp
+from cleanrl_style import NormProjector, RewardScaler, Run, RunArgs, RunningNorm, args_from_dict, mlp
 
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -132,7 +132,7 @@ class Agent(nn.Module):
 
 
 def load_policy(checkpoint: dict, vec_env: envs.TorchVectorEnv) -> Agent:
-    args = Args(**{k: tuple(v) if isinstance(v, list) else v for k, v in checkpoint["args"].items()})
+    args = args_from_dict(Args, checkpoint["args"])
     agent = Agent(vec_env.single_observation_space.shape[0], vec_env.single_action_space.shape[0], args)
     agent.load_state_dict(checkpoint["agent"])
     return agent

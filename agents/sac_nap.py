@@ -39,7 +39,7 @@ import tyro
 from torch import nn
 
 import envs
-from cleanrl_style import NormProjector, Run, RunArgs, RunningNorm, mlp
+from cleanrl_style import NormProjector, Run, RunArgs, RunningNorm, args_from_dict, mlp
 from cleanrl_style.ensemble import Ensemble
 from cleanrl_style.replay import Batch, ReplayBuffer
 
@@ -258,7 +258,7 @@ class Learner:
 
 
 def load_policy(checkpoint: dict, vec_env: envs.TorchVectorEnv) -> SoftActorCritic:
-    args = Args(**{k: tuple(v) if isinstance(v, list) else v for k, v in checkpoint["args"].items()})
+    args = args_from_dict(Args, checkpoint["args"])
     agent = SoftActorCritic(
         vec_env.single_observation_space.shape[0], vec_env.single_action_space.shape[0],
         vec_env.action_low.cpu(), vec_env.action_high.cpu(), args,

@@ -40,7 +40,7 @@ import tyro
 from torch import nn
 
 import envs
-from cleanrl_style import Run, RunArgs, RunningNorm, SimbaEncoder, layer_init
+from cleanrl_style import Run, RunArgs, RunningNorm, SimbaEncoder, args_from_dict, layer_init
 from cleanrl_style.ensemble import Ensemble
 from cleanrl_style.replay import Batch, ReplayBuffer
 
@@ -230,7 +230,7 @@ class Learner:
 
 
 def load_policy(checkpoint: dict, vec_env: envs.TorchVectorEnv) -> SimbaSAC:
-    args = Args(**{k: tuple(v) if isinstance(v, list) else v for k, v in checkpoint["args"].items()})
+    args = args_from_dict(Args, checkpoint["args"])
     agent = SimbaSAC(
         vec_env.single_observation_space.shape[0], vec_env.single_action_space.shape[0],
         vec_env.action_low.cpu(), vec_env.action_high.cpu(), args,

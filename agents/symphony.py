@@ -52,7 +52,7 @@ import tyro
 from torch import nn
 
 import envs
-from cleanrl_style import Run, RunArgs
+from cleanrl_style import Run, RunArgs, args_from_dict
 from cleanrl_style.ensemble import Ensemble
 from cleanrl_style.replay import Batch, FadingReplayBuffer, fading_tanh
 
@@ -266,7 +266,7 @@ class Learner:
 
 
 def load_policy(checkpoint: dict, vec_env: envs.TorchVectorEnv) -> Symphony:
-    args = Args(**{k: tuple(v) if isinstance(v, list) else v for k, v in checkpoint["args"].items()})
+    args = args_from_dict(Args, checkpoint["args"])
     agent = Symphony(
         vec_env.single_observation_space.shape[0], vec_env.single_action_space.shape[0],
         vec_env.action_low.cpu(), vec_env.action_high.cpu(), args,

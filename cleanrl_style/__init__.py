@@ -7,7 +7,7 @@ from cleanrl_style.checkpoint import load_checkpoint, save_checkpoint
 from cleanrl_style.layers import SimbaBlock, SimbaEncoder, layer_init, mlp
 from cleanrl_style.nap import NormProjector
 from cleanrl_style.normalization import RewardScaler, RunningNorm
-from cleanrl_style.run import Run, RunArgs
+from cleanrl_style.run import Run, RunArgs, args_from_dict
 
 __all__ = [
     "NormProjector",
@@ -17,6 +17,7 @@ __all__ = [
     "RunningNorm",
     "SimbaBlock",
     "SimbaEncoder",
+    "args_from_dict",
     "layer_init",
     "load_checkpoint",
     "mlp",

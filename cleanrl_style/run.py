@@ -67,6 +67,11 @@ class RunArgs:
     """show a progress bar on the terminal"""
 
 
+def args_from_dict(args_class: type, saved: dict[str, Any]) -> Any:
+    """Rebuild an agent's ``Args`` from its JSON/checkpoint form (JSON turns tuples into lists)."""
+    return args_class(**{k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()})
+
+
 def _args_from_saved(args: Any, run_dir: Path) -> Any:
     saved = json.loads((run_dir / "args.json").read_text())
     fields = {f.name for f in dataclasses.fields(args)}
