@@ -27,7 +27,7 @@ import tyro
 
 from cleanrl_style import Run
 from cleanrl_style.llm_losses import batched_logprobs, group_advantages, group_reward_std, ppo_update, zero_variance_fraction
-from cleanrl_style.llm_rollout import LLMRunArgs, collect_rollouts, evaluate_success, make_task_set, rollout_stats, task_ids_of
+from cleanrl_style.llm_rollout import LLMRunArgs, collect_group_rollouts, evaluate_success, make_task_set, rollout_stats, task_ids_of
 from cleanrl_style.llm_train import build_policy, export_model, reference_logprobs, sample_groups, save_policy_checkpoint
 
 
@@ -49,11 +49,6 @@ class Args(LLMRunArgs):
     """sequence: mean over each rollout's tokens, then over rollouts (GRPO); token: mean over all tokens"""
     save_model: bool = True
     """also write runs/<run>/model (a transformers folder) at the end"""
-
-
-def grpo_advantages(rewards: torch.Tensor, eps: float) -> torch.Tensor:
-    """Group-normalized advantages, ``rewards`` (groups, G) -> (groups, G)."""
-    return group_advantages(rewards, eps)
 
 
 def train_metrics(rollouts, rewards: torch.Tensor, timing: dict, update: dict) -> dict[str, float]:
@@ -92,15 +87,10 @@ if __name__ == "__main__":
     for iteration in range(start, args.total_timesteps + 1):
         # ---- rollouts: G episodes of each task, all generated together --------------------------
         tasks = sample_groups(train_ids, args.groups_per_step, args.seed, iteration)
-        rollouts, timing = collect_rollouts(
-            policy, tokenizer, train_tasks, [t for t in tasks for _ in range(args.group_size)],
-            max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-            max_assistant_messages=args.max_assistant_messages, max_context_tokens=args.max_context_tokens,
-            max_steps_per_turn=args.max_steps_per_turn, seed=args.seed * 1_000_003 + iteration * 1000)
-        rewards = torch.tensor([r.reward for r in rollouts]).view(len(tasks), args.group_size)
+        rollouts, timing, rewards = collect_group_rollouts(policy, tokenizer, train_tasks, tasks, args, iteration)
 
         # ---- GRPO: one advantage per episode, on every policy token of it -----------------------
-        advantages = grpo_advantages(rewards, args.adv_eps).flatten()
+        advantages = group_advantages(rewards, args.adv_eps).flatten()
         sequences, masks = [r.tokens for r in rollouts], [r.policy_mask for r in rollouts]
         token_advantages = [torch.full((len(r.tokens),), float(a)) for r, a in zip(rollouts, advantages)]
         ref = (reference_logprobs(policy, reference, sequences, masks, pad_id, args.micro_batch_size, args.temperature)

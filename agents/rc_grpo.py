@@ -38,7 +38,7 @@ import tyro
 
 from cleanrl_style import Run
 from cleanrl_style.llm_losses import batched_logprobs, group_advantages, ppo_update, sft_step
-from cleanrl_style.llm_rollout import LLMRunArgs, collect_rollouts, make_task_set, task_ids_of, tokenize_conversation, with_first_user_suffix
+from cleanrl_style.llm_rollout import LLMRunArgs, collect_group_rollouts, make_task_set, task_ids_of, tokenize_conversation, with_first_user_suffix
 from cleanrl_style.llm_train import build_policy, export_model, reference_logprobs, sample_groups, save_policy_checkpoint
 from grpo import test_metrics, train_metrics
 
@@ -155,13 +155,9 @@ def run_rc_grpo(args: Args, run: Run) -> None:
     for iteration in range(start, args.total_timesteps + 1):
         tasks = sample_groups(train_ids, args.groups_per_step, args.seed, iteration)
         tokens = draw_reward_tokens(len(tasks) * args.group_size, args.p_high, random.Random(args.seed * 1_000_003 + iteration))
-        rollouts, timing = collect_rollouts(
-            policy, tokenizer, train_tasks, [t for t in tasks for _ in range(args.group_size)],
-            first_user_suffixes=[args.token_separator + t for t in tokens], max_new_tokens=args.max_new_tokens,
-            temperature=args.temperature, top_p=args.top_p, max_assistant_messages=args.max_assistant_messages,
-            max_context_tokens=args.max_context_tokens, max_steps_per_turn=args.max_steps_per_turn,
-            seed=args.seed * 1_000_003 + iteration * 1000)
-        rewards = torch.tensor([r.reward for r in rollouts]).view(len(tasks), args.group_size)
+        rollouts, timing, rewards = collect_group_rollouts(
+            policy, tokenizer, train_tasks, tasks, args, iteration,
+            first_user_suffixes=[args.token_separator + t for t in tokens])
 
         # GRPO over the whole group, high- and low-conditioned rollouts together.
         advantages = group_advantages(rewards, args.adv_eps).flatten()

@@ -36,7 +36,7 @@ import tyro
 
 from cleanrl_style import Run
 from cleanrl_style.llm_losses import batched_logprobs, group_advantages, ppo_update
-from cleanrl_style.llm_rollout import (LLMRunArgs, Rollout, chat_template_text, collect_rollouts, encode, make_task_set,
+from cleanrl_style.llm_rollout import (LLMRunArgs, Rollout, chat_template_text, collect_group_rollouts, encode, make_task_set,
                                        task_ids_of)
 from cleanrl_style.llm_train import build_policy, export_model, reference_logprobs, sample_groups, save_policy_checkpoint
 from grpo import test_metrics, train_metrics
@@ -211,12 +211,7 @@ if __name__ == "__main__":
 
     for iteration in range(start, args.total_timesteps + 1):
         tasks = sample_groups(train_ids, args.groups_per_step, args.seed, iteration)
-        rollouts, timing = collect_rollouts(
-            policy, tokenizer, train_tasks, [t for t in tasks for _ in range(args.group_size)],
-            max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-            max_assistant_messages=args.max_assistant_messages, max_context_tokens=args.max_context_tokens,
-            max_steps_per_turn=args.max_steps_per_turn, seed=args.seed * 1_000_003 + iteration * 1000)
-        rewards = torch.tensor([r.reward for r in rollouts]).view(len(tasks), args.group_size)
+        rollouts, timing, rewards = collect_group_rollouts(policy, tokenizer, train_tasks, tasks, args, iteration)
         advantages = group_advantages(rewards, args.adv_eps).flatten()
         token_advantages, ts_stats = turnsight_advantages(policy, reference, tokenizer, rollouts, advantages, len(tasks), args)
 

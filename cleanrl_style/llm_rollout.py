@@ -230,6 +230,23 @@ def generate_batch(model: Any, tokenizer: Any, prompts: list[list[int]], *, max_
     return results
 
 
+def collect_group_rollouts(policy: Any, tokenizer: Any, tasks: Any, group_task_ids: Sequence[int], args: Any,
+                           iteration: int, first_user_suffixes: Sequence[str] | None = None):
+    """``args.group_size`` rollouts of each task in ``group_task_ids``, sampled with the run's settings.
+
+    Returns ``(rollouts, timing, rewards)``, ``rewards`` shaped ``(groups, group_size)``; the
+    sampling seed depends on the run's seed and the iteration, so a resumed run draws the same.
+    """
+    rollouts, timing = collect_rollouts(
+        policy, tokenizer, tasks, [t for t in group_task_ids for _ in range(args.group_size)],
+        first_user_suffixes=first_user_suffixes, max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature, top_p=args.top_p, max_assistant_messages=args.max_assistant_messages,
+        max_context_tokens=args.max_context_tokens, max_steps_per_turn=args.max_steps_per_turn,
+        seed=args.seed * 1_000_003 + iteration * 1000)
+    rewards = torch.tensor([r.reward for r in rollouts]).view(len(group_task_ids), args.group_size)
+    return rollouts, timing, rewards
+
+
 def collect_rollouts(model: Any, tokenizer: Any, tasks: Any, task_ids: Sequence[int], *, groups: Sequence[int] | None = None,
                      first_user_suffixes: Sequence[str] | None = None, max_new_tokens: int = 128, temperature: float = 1.0,
                      top_p: float = 1.0, greedy: bool = False, max_assistant_messages: int = 10,
