@@ -28,7 +28,7 @@ import tyro
 from torch import nn
 
 import envs
-from cleanrl_style import NormProjector, RewardScaler, Run, RunArgs, RunningNorm, args_from_dict, mlp
+from cleanrl_style import FlatParameters, NormProjector, RewardScaler, Run, RunArgs, RunningNorm, args_from_dict, mlp
 
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -155,7 +155,10 @@ if __name__ == "__main__":
     obs_dim = vec_env.single_observation_space.shape[0]
     act_dim = vec_env.single_action_space.shape[0]
     agent = Agent(obs_dim, act_dim, args).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+    # All parameters in one tensor: zeroing, clipping and the Adam step are then a few ops each
+    # instead of dozens (a third of each minibatch update on the CPU). Same math as per-parameter.
+    flat = FlatParameters(agent)
+    optimizer = torch.optim.Adam([flat.param], lr=args.learning_rate, eps=1e-5, fused=True)
     projector = NormProjector(
         agent, agent.output_layers(), project_output=args.nap_project_output,
         layer_norm=args.nap_layer_norm, biases=args.nap_biases,
@@ -238,18 +241,21 @@ if __name__ == "__main__":
         # ---- PPO update, with the NaP projection after every optimizer step ------------------
         clipfracs = []
         for epoch in range(args.update_epochs):
+            # Shuffle the batch once per epoch; minibatches are then slices (views), not gathers.
             b_inds = torch.randperm(args.batch_size, device=device)
+            e_obs, e_actions, e_logprobs = b_obs[b_inds], b_actions[b_inds], b_logprobs[b_inds]
+            e_advantages, e_returns, e_values = b_advantages[b_inds], b_returns[b_inds], b_values[b_inds]
             for start in range(0, args.batch_size, args.minibatch_size):
-                mb_inds = b_inds[start : start + args.minibatch_size]
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
-                logratio = newlogprob - b_logprobs[mb_inds]
+                mb = slice(start, start + args.minibatch_size)
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(e_obs[mb], e_actions[mb])
+                logratio = newlogprob - e_logprobs[mb]
                 ratio = logratio.exp()
                 with torch.no_grad():
                     old_approx_kl = (-logratio).mean()
                     approx_kl = ((ratio - 1) - logratio).mean()
                     clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
 
-                mb_advantages = b_advantages[mb_inds]
+                mb_advantages = e_advantages[mb]
                 if args.norm_adv:
                     mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
                 pg_loss1 = -mb_advantages * ratio
@@ -257,19 +263,19 @@ if __name__ == "__main__":
                 pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
                 if args.clip_vloss:
-                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                    v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
-                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                    v_loss_unclipped = (newvalue - e_returns[mb]) ** 2
+                    v_clipped = e_values[mb] + torch.clamp(newvalue - e_values[mb], -args.clip_coef, args.clip_coef)
+                    v_loss_clipped = (v_clipped - e_returns[mb]) ** 2
                     v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
                 else:
-                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+                    v_loss = 0.5 * ((newvalue - e_returns[mb]) ** 2).mean()
 
                 entropy_loss = entropy.mean()
                 loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
 
-                optimizer.zero_grad()
+                flat.zero_grad()
                 loss.backward()
-                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                flat.clip_grad_norm_(args.max_grad_norm)
                 optimizer.step()
                 if args.nap:
                     projector.project()

@@ -39,7 +39,7 @@ import tyro
 from torch import nn
 
 import envs
-from cleanrl_style import NormProjector, Run, RunArgs, RunningNorm, args_from_dict, mlp
+from cleanrl_style import FlatParameters, NormProjector, Run, RunArgs, RunningNorm, args_from_dict, mlp
 from cleanrl_style.ensemble import Ensemble
 from cleanrl_style.replay import Batch, ReplayBuffer
 
@@ -180,8 +180,11 @@ class Learner:
 
     def __init__(self, agent: SoftActorCritic, args: Args):
         self.agent, self.args = agent, args
-        self.actor_opt = torch.optim.Adam(agent.actor.parameters(), lr=args.policy_lr, fused=True)
-        self.critic_opt = torch.optim.Adam(agent.critic.parameters(), lr=args.q_lr, fused=True)
+        # Each network's parameters in one tensor: zeroing and the Adam step are one op each
+        # (same math as per-parameter; see cleanrl_style/flat_params.py). Before members() below.
+        self.actor_flat, self.critic_flat = FlatParameters(agent.actor), FlatParameters(agent.critic)
+        self.actor_opt = torch.optim.Adam([self.actor_flat.param], lr=args.policy_lr, fused=True)
+        self.critic_opt = torch.optim.Adam([self.critic_flat.param], lr=args.q_lr, fused=True)
         self.alpha_opt = torch.optim.Adam([agent.log_alpha], lr=args.policy_lr)
         self.target_entropy = -float(agent.action_scale.numel())
         nap = dict(project_output=args.nap_project_output, layer_norm=args.nap_layer_norm, biases=args.nap_biases)
@@ -206,7 +209,7 @@ class Learner:
             target = soft_q_target(batch.rewards, batch.terminated, next_q, next_log_prob, alpha, args.gamma)
         q = agent.q_values(obs, batch.actions)
         qf_loss = ((q - target) ** 2).mean(1).sum()
-        self.critic_opt.zero_grad(set_to_none=True)
+        self.critic_flat.zero_grad()
         qf_loss.backward()
         self.critic_opt.step()
         if args.nap:
@@ -215,7 +218,7 @@ class Learner:
         action, log_prob = agent.sample(obs)
         q_pi = agent.q_values(obs, action, detach_params=True).min(0).values
         actor_loss = (alpha * log_prob - q_pi).mean()
-        self.actor_opt.zero_grad(set_to_none=True)
+        self.actor_flat.zero_grad()
         actor_loss.backward()
         self.actor_opt.step()
         if args.nap:

@@ -34,6 +34,21 @@ def _joint_norm(params: list[torch.Tensor]) -> torch.Tensor:
     return torch.sqrt(sum((p.detach().float() ** 2).sum() for p in params))
 
 
+def _contiguous_span(params: list[torch.Tensor]) -> torch.Tensor | None:
+    """One 1-D tensor over the memory of ``params`` if they lie back to back in one storage, else None."""
+    first = params[0].detach()
+    if not all(p.is_contiguous() for p in params):
+        return None
+    offset = first.storage_offset()
+    for p in params:
+        if p.untyped_storage().data_ptr() != first.untyped_storage().data_ptr() or p.storage_offset() != offset:
+            return None
+        offset += p.numel()
+    if len(params) == 1:
+        return first.view(-1)
+    return first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(), (offset - first.storage_offset(),))
+
+
 class NormProjector:
     """Records each layer's weight norm at construction and projects back to it on :meth:`project`.
 
@@ -78,21 +93,33 @@ class NormProjector:
         self._params = None
 
     def _flatten(self) -> None:
-        """One flat parameter list with its group index, so projection is a few fused ops."""
+        """Precompute what :meth:`project` touches, so projection is a few fused ops."""
         self._params = [p for group in self.groups for p in group.params]
-        device = self._params[0].device if self._params else None
+        self._first_ptr = self._params[0].data_ptr()
+        device = self._params[0].device
         self._group_of_param = torch.tensor(
             [g for g, group in enumerate(self.groups) for _ in group.params], device=device
         )
         self._init_norms = torch.tensor([group.init_norm for group in self.groups], device=device)
+        # When every group is one span of memory (always true under FlatParameters, where a
+        # LayerNorm's gamma and beta sit side by side), each group is a single tensor: one norm
+        # and one scaling per group, with no regrouping.
+        spans = [_contiguous_span(group.params) for group in self.groups]
+        self._spans = spans if all(s is not None for s in spans) else None
 
     @torch.no_grad()
     def project(self) -> None:
-        """Rescale every recorded group back to its initial norm (in place, no host sync)."""
+        """Rescale every recorded group back to its initial norm (in place)."""
         if not self.groups:
             return
-        if self._params is None or self._params[0].device != self._init_norms.device:
-            self._flatten()
+        if self._params is None or self._params[0].data_ptr() != self._first_ptr:
+            self._flatten()  # first call, or the parameters moved (.to(device), FlatParameters)
+        if self._spans is not None:
+            scale = self._init_norms / torch.stack(torch._foreach_norm(self._spans)).float().clamp_min(1e-12)
+            # On the CPU a list of Python floats is the cheapest form; elsewhere avoid the host sync.
+            factors = scale.tolist() if scale.device.type == "cpu" else list(scale.unbind())
+            torch._foreach_mul_(self._spans, factors)
+            return
         param_norms = torch.stack(torch._foreach_norm(self._params)).float()
         group_sq = torch.zeros_like(self._init_norms).index_add_(0, self._group_of_param, param_norms**2)
         scale = self._init_norms / group_sq.sqrt().clamp_min(1e-12)

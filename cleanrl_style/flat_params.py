@@ -1,0 +1,67 @@
+"""A module's parameters in one contiguous tensor, so optimizer-side work is a few ops, not dozens.
+
+Small networks on a CPU spend more time in per-tensor bookkeeping than in arithmetic: with twenty
+parameter tensors, zeroing the gradients, clipping their global norm and an Adam step are each
+dozens of tiny ops (measured on PPO's 64x64 actor-critic: about a third of each minibatch update).
+After ``flat = FlatParameters(model)`` every parameter of ``model`` is a view into ``flat.param``
+and every gradient a view into ``flat.param.grad``; autograd accumulates into those views in
+place, so::
+
+    optimizer = torch.optim.Adam([flat.param], ...)   # one tensor for the whole model
+    flat.zero_grad(); loss.backward(); flat.clip_grad_norm_(0.5); optimizer.step()
+
+computes what the per-parameter versions compute. The model itself is unchanged: same forward,
+same ``state_dict`` (``load_state_dict`` copies into the views).
+
+Create it after ``model.to(device)`` (moving a model replaces its parameters and breaks the views),
+and zero gradients with :meth:`zero_grad`, never ``optimizer.zero_grad()`` (that would detach
+``flat.param.grad`` from the views autograd writes to: :meth:`zero_grad` checks for it).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class FlatParameters:
+    def __init__(self, module: nn.Module):
+        params = [p for p in module.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError("FlatParameters: the module has no trainable parameters")
+        kinds = {(p.device, p.dtype) for p in params}
+        if len(kinds) > 1:
+            raise ValueError(f"FlatParameters: parameters must share one device and dtype, found {sorted(map(str, kinds))}")
+        self.params = params
+        total = sum(p.numel() for p in params)
+        self.param = nn.Parameter(torch.empty(total, device=params[0].device, dtype=params[0].dtype))
+        self.param.grad = torch.zeros_like(self.param)
+        self.offsets: list[int] = []
+        offset = 0
+        with torch.no_grad():
+            for p in params:
+                n = p.numel()
+                self.param[offset : offset + n].copy_(p.reshape(-1))
+                p.data = self.param.data[offset : offset + n].view_as(p)
+                p.grad = self.param.grad[offset : offset + n].view_as(p)
+                self.offsets.append(offset)
+                offset += n
+        self._grad = self.param.grad
+
+    def zero_grad(self) -> None:
+        if self.param.grad is not self._grad or any(p.grad is None for p in self.params):
+            raise RuntimeError(
+                "FlatParameters: gradients were detached from the flat buffer (optimizer.zero_grad() or "
+                "module.zero_grad() sets them to None); call FlatParameters.zero_grad() instead"
+            )
+        self._grad.zero_()
+
+    @torch.no_grad()
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        """Scale all gradients so their global L2 norm is at most ``max_norm``; returns the norm before.
+
+        The same scaling as ``torch.nn.utils.clip_grad_norm_``: ``min(1, max_norm / (norm + 1e-6))``.
+        """
+        norm = torch.linalg.vector_norm(self._grad)
+        self._grad.mul_((max_norm / (norm + 1e-6)).clamp(max=1.0))
+        return norm
