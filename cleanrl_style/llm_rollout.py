@@ -23,6 +23,7 @@ Qwen2.5's). A template that rewrites earlier turns is refused with that reason.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -209,21 +210,59 @@ def _left_padded(rows: list[list[int]], pad_id: int, device: torch.device) -> tu
     return ids.to(device), attention.to(device)
 
 
+# A shared prefix shorter than this is not worth a separate forward pass.
+MIN_SHARED_PREFIX = 16
+
+
+def _shared_prefix_length(rows: list[list[int]]) -> int:
+    """Length of the token prefix every row starts with, leaving at least one token of each row after it."""
+    limit = min(len(r) for r in rows) - 1
+    first = rows[0]
+    length = 0
+    while length < limit and all(r[length] == first[length] for r in rows):
+        length += 1
+    return length
+
+
 @torch.no_grad()
 def generate_batch(model: Any, tokenizer: Any, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
                    top_p: float, greedy: bool, batch_size: int = 0) -> list[list[int]]:
     """Continue every prompt (token ids) with one assistant message; each result ends at its first
-    stop token (included) or after ``max_new_tokens``. ``batch_size`` > 0 generates in chunks of that many."""
+    stop token (included) or after ``max_new_tokens``. ``batch_size`` > 0 generates in chunks of that many.
+
+    Rows of a chunk that start with the same tokens (the system prompt and tool schemas of every
+    episode; a GRPO group's whole first prompt) share one prefill of that prefix: its key/value
+    cache is computed once and copied to every row, and each row is padded after it. On a CPU,
+    where the prefill of a ~700-token prompt dominates, this is most of the batched collector's gain.
+    """
+    from transformers import DynamicCache
+
     device = next(model.parameters()).device
     stops = stop_token_ids(tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
     chunk = batch_size if batch_size > 0 else len(prompts)
+    sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
     results: list[list[int]] = []
     for start in range(0, len(prompts), chunk):
-        ids, attention = _left_padded(prompts[start:start + chunk], pad_id, device)
-        sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
-        out = model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=max_new_tokens, eos_token_id=stops,
-                             pad_token_id=pad_id, **sampling)
+        rows = prompts[start:start + chunk]
+        shared = _shared_prefix_length(rows) if len(rows) > 1 else 0
+        cache = {}
+        if shared >= MIN_SHARED_PREFIX:
+            prefix = torch.tensor([rows[0][:shared]], device=device)
+            prefix_cache = DynamicCache(config=getattr(model, "config", None))
+            model(input_ids=prefix, past_key_values=prefix_cache, use_cache=True)
+            prefix_cache.batch_repeat_interleave(len(rows))
+            rest, rest_attention = _left_padded([r[shared:] for r in rows], pad_id, device)
+            ids = torch.cat([prefix.expand(len(rows), -1), rest], 1)
+            attention = torch.cat([torch.ones(len(rows), shared, dtype=torch.long, device=device), rest_attention], 1)
+            cache = {"past_key_values": prefix_cache}
+        else:
+            ids, attention = _left_padded(rows, pad_id, device)
+        with warnings.catch_warnings():
+            # transformers 5 renames generate's past_key_values to cache (both accepted until 6, pinned below 6)
+            warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
+            out = model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=max_new_tokens, eos_token_id=stops,
+                                 pad_token_id=pad_id, **sampling, **cache)
         for row in out[:, ids.shape[1]:].tolist():
             end = next((j + 1 for j, t in enumerate(row) if t in stops), len(row))
             results.append(row[:end])

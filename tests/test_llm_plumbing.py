@@ -44,6 +44,9 @@ class ScriptedLM(torch.nn.Module):
         self.responses, self.pad_id = responses, pad_id
         self.assistant_header: list[int] = []
 
+    def forward(self, **_):  # the collector's shared-prefix prefill: nothing to cache for a script
+        return None
+
     def generate(self, input_ids, attention_mask, max_new_tokens, **_):
         rows = []
         for ids, attention in zip(input_ids.tolist(), attention_mask.tolist()):
@@ -165,3 +168,17 @@ def test_ppo_update_raises_the_likelihood_of_positive_advantage_tokens(tokenizer
 
 def test_stop_tokens_include_the_chat_end_of_turn(tokenizer):
     assert tokenizer.convert_tokens_to_ids("<|im_end|>") in stop_token_ids(tokenizer)
+
+
+def test_shared_prefix_prefill_gives_the_same_greedy_tokens(tokenizer, tiny, tasks, monkeypatch):
+    import cleanrl_style.llm_rollout as llm_rollout
+
+    rows = [encode(tokenizer, text) for text in ("<|im_start|>system\nYou are a banker.<|im_end|>\n" * 3 + tail
+                                                   for tail in ("hello", "a longer second tail", "x"))]
+    assert llm_rollout._shared_prefix_length(rows) >= llm_rollout.MIN_SHARED_PREFIX
+    assert llm_rollout._shared_prefix_length([[1, 2, 3], [1, 2, 3]]) == 2  # one token of each row is left to feed
+    kwargs = dict(max_new_tokens=5, temperature=1.0, top_p=1.0, greedy=True)
+    shared = llm_rollout.generate_batch(tiny, tokenizer, rows, **kwargs)
+    monkeypatch.setattr(llm_rollout, "MIN_SHARED_PREFIX", 10**9)  # plain left-padded batch
+    plain = llm_rollout.generate_batch(tiny, tokenizer, rows, **kwargs)
+    assert shared == plain and all(len(r) > 0 for r in shared)
