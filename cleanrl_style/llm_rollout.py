@@ -249,7 +249,7 @@ def generate_batch(model: Any, tokenizer: Any, prompts: list[list[int]], *, max_
         cache = {}
         if shared >= MIN_SHARED_PREFIX:
             prefix = torch.tensor([rows[0][:shared]], device=device)
-            prefix_cache = DynamicCache(config=getattr(model, "config", None))
+            prefix_cache = DynamicCache()
             model(input_ids=prefix, past_key_values=prefix_cache, use_cache=True)
             prefix_cache.batch_repeat_interleave(len(rows))
             rest, rest_attention = _left_padded([r[shared:] for r in rows], pad_id, device)
