@@ -49,7 +49,9 @@ class FlatParameters:
         self._grad = self.param.grad
 
     def zero_grad(self) -> None:
-        if self.param.grad is not self._grad or any(p.grad is None for p in self.params):
+        # optimizer.zero_grad() replaces param.grad; module.zero_grad() clears every p.grad (the first
+        # one tells): either way autograd would no longer write into the flat buffer.
+        if self.param.grad is not self._grad or self.params[0].grad is None:
             raise RuntimeError(
                 "FlatParameters: gradients were detached from the flat buffer (optimizer.zero_grad() or "
                 "module.zero_grad() sets them to None); call FlatParameters.zero_grad() instead"

@@ -87,3 +87,11 @@ def test_nap_projection_on_flat_parameters_matches_the_general_path():
         torch.testing.assert_close(p, p_ref, rtol=1e-6, atol=1e-7)
     ln = model[1]
     assert torch.cat([ln.weight, ln.bias]).norm().item() == pytest.approx(16**0.5, rel=1e-5)
+
+
+def test_module_zero_grad_is_caught():
+    model, _, _ = _model_and_data()
+    flat = FlatParameters(model)
+    model.zero_grad()  # sets every p.grad to None
+    with pytest.raises(RuntimeError, match="FlatParameters.zero_grad"):
+        flat.zero_grad()
