@@ -5,13 +5,13 @@ termination and resets are torch operations on zero-copy views (``wp.to_torch``)
 on a GPU nothing leaves the device: no host round trip per step.
 
 - Tasks: Humanoid, Ant, HalfCheetah, Hopper and Walker2d, v5, with Gymnasium's definitions
-  (:mod:`envs.warp_tasks`). The model is Gymnasium's own XML. MuJoCo Warp implements the Newton
+  (:mod:`envs.mujoco_tasks`). The model is Gymnasium's own XML. MuJoCo Warp implements the Newton
   and CG solvers only, so a model asking for PGS (Gymnasium's humanoid.xml) runs with Newton.
 - Reset: finished worlds (and only those) are reset inside ``step`` to the initial state plus
   Gymnasium's reset noise, then one forward pass computes their first observation.
 - On CUDA the physics step (``frame_skip`` MuJoCo steps) and the reset forward pass are captured
   once in CUDA graphs and replayed on torch's current stream.
-- Contact and constraint buffers are sized from the model (:func:`envs.warp_tasks.contact_buffer_sizes`);
+- Contact and constraint buffers are sized from the model (:func:`envs.mujoco_tasks.contact_buffer_sizes`);
   a world that overflows them raises :class:`WarpOverflowError` instead of running on with
   contacts or constraints missing.
 - A model feature MuJoCo Warp does not implement raises :class:`WarpUnsupportedError`.
@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from envs.core import TorchVectorEnv
-from envs.warp_tasks import TASKS, StateViews, contact_buffer_sizes
+from envs.mujoco_tasks import TASKS, StateViews, contact_buffer_sizes
 
 ALTERNATIVES = "backend='envpool' (Gymnasium's MuJoCo ids on CPU threads) or backend='gymnasium' (any model)"
 

@@ -7,7 +7,7 @@ import torch
 
 import envs
 
-BACKENDS = ["gymnasium", "envpool"]
+BACKENDS = ["gymnasium", "envpool", "mujoco"]
 
 
 def _rollout(backend: str, env_id="Hopper", num_envs=3, steps=200, seed=0):
@@ -126,8 +126,9 @@ def test_short_names_map_to_current_gymnasium_ids():
     assert envs.resolve_env_id("Walker2d-v4") == "Walker2d-v4"
 
 
-def test_auto_picks_envpool_for_mujoco_and_gymnasium_for_other_registered_envs():
-    assert envs.make("Hopper", 1).backend == "envpool"
+def test_auto_picks_the_fastest_backend_that_supports_the_env():
+    assert envs.make("Hopper", 1).backend == "mujoco"  # the five locomotion tasks: MuJoCo's own batch
+    assert envs.make("InvertedPendulum", 1).backend == "envpool"  # other MuJoCo ids envpool implements
     gym.register("ContractTestPendulum-v0", entry_point="gymnasium.envs.classic_control.pendulum:PendulumEnv", max_episode_steps=50)
     assert envs.make("ContractTestPendulum-v0", 1).backend == "gymnasium"
 

@@ -1,5 +1,8 @@
 """Gymnasium's v5 MuJoCo locomotion tasks, written as torch functions of batched MuJoCo state.
 
+Shared by the two backends that simulate many worlds in one model: ``warp`` (MuJoCo Warp, float32,
+on the GPU) and ``mujoco`` (MuJoCo's native ``mujoco.batch.Batch``, float64, on CPU threads).
+
 Each task reads its parameters (reward weights, healthy ranges, noise scale, observation flags)
 from a Gymnasium env instance made with the user's kwargs, so the definitions stay Gymnasium's:
 this module only re-expresses ``_get_obs``, ``_get_rew``, ``is_healthy`` and ``reset_model`` of
@@ -20,7 +23,7 @@ import mujoco
 import numpy as np
 import torch
 
-# The five ids the warp backend implements, with the Gymnasium class each one mirrors.
+# The five ids the batched backends implement, with the Gymnasium class each one mirrors.
 WARP_TASK_CLASSES: dict[str, str] = {
     "Humanoid-v5": "HumanoidEnv",
     "Ant-v5": "AntEnv",
@@ -55,9 +58,10 @@ class LocomotionTask:
     #: whether the qvel reset noise is Gaussian (Ant, HalfCheetah) rather than uniform
     gaussian_qvel_noise: bool = False
 
-    def __init__(self, gym_env, device: torch.device):
+    def __init__(self, gym_env, device: torch.device, dtype: torch.dtype = torch.float32):
         self.env = gym_env
         self.device = device
+        self.dtype = dtype
         self.dt = float(gym_env.dt)
         self.forward_reward_weight = float(gym_env._forward_reward_weight)
         self.ctrl_cost_weight = float(gym_env._ctrl_cost_weight)
@@ -65,8 +69,8 @@ class LocomotionTask:
         self.exclude_positions = bool(gym_env._exclude_current_positions_from_observation)
         self.healthy_reward_value = float(getattr(gym_env, "_healthy_reward", 0.0))
         self.terminate_when_unhealthy = bool(getattr(gym_env, "_terminate_when_unhealthy", False))
-        self.init_qpos = torch.as_tensor(gym_env.init_qpos, dtype=torch.float32, device=device)
-        self.init_qvel = torch.as_tensor(gym_env.init_qvel, dtype=torch.float32, device=device)
+        self.init_qpos = torch.as_tensor(gym_env.init_qpos, dtype=dtype, device=device)
+        self.init_qvel = torch.as_tensor(gym_env.init_qvel, dtype=dtype, device=device)
 
     # ----- pieces every task defines -----
     def position(self, v: StateViews) -> torch.Tensor:
@@ -95,7 +99,7 @@ class LocomotionTask:
         """Reward ``(N,)`` and its terms under Gymnasium's ``info`` names."""
         terms = {"reward_forward": self.forward_reward_weight * x_velocity}
         if self.has_healthy_reward:
-            terms["reward_survive"] = healthy.to(torch.float32) * self.healthy_reward_value
+            terms["reward_survive"] = healthy.to(self.dtype) * self.healthy_reward_value
         terms.update(self.costs(v, action))
         return sum(terms.values()), terms
 
@@ -112,6 +116,21 @@ class LocomotionTask:
             qvel = self.init_qvel + (torch.rand(n, nv, generator=generator, device=self.device) * 2 - 1) * s
         return qpos, qvel
 
+    def reset_noise_numpy(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """One fresh episode's ``(qpos, qvel)`` drawn from ``rng`` exactly as Gymnasium's ``reset_model``.
+
+        Same draws in the same order (the qpos noise, then the qvel noise), so a generator seeded like
+        a Gymnasium env's ``np_random`` gives bit-identical initial states.
+        """
+        s = self.reset_noise_scale
+        init_qpos, init_qvel = self.env.init_qpos, self.env.init_qvel
+        qpos = init_qpos + rng.uniform(low=-s, high=s, size=init_qpos.size)
+        if self.gaussian_qvel_noise:
+            qvel = init_qvel + s * rng.standard_normal(init_qvel.size)
+        else:
+            qvel = init_qvel + rng.uniform(low=-s, high=s, size=init_qvel.size)
+        return qpos, qvel
+
     def _positions_and_velocities(self, v: StateViews) -> list[torch.Tensor]:
         start = self.n_position_coords if self.exclude_positions else 0
         return [v.qpos[:, start:], v.qvel]
@@ -123,8 +142,8 @@ class HumanoidTask(LocomotionTask):
     n_position_coords = 2
     needs_cfrc_ext = True
 
-    def __init__(self, gym_env, device):
-        super().__init__(gym_env, device)
+    def __init__(self, gym_env, device, dtype=torch.float32):
+        super().__init__(gym_env, device, dtype)
         e = gym_env
         self.contact_cost_weight = float(e._contact_cost_weight)
         self.contact_cost_range = tuple(float(x) for x in e._contact_cost_range)
@@ -135,7 +154,7 @@ class HumanoidTask(LocomotionTask):
             "qfrc_actuator": e._include_qfrc_actuator_in_observation,
             "cfrc_ext": e._include_cfrc_ext_in_observation,
         }
-        mass = torch.as_tensor(e.model.body_mass, dtype=torch.float32, device=device)
+        mass = torch.as_tensor(e.model.body_mass, dtype=dtype, device=device)
         self.mass_fraction = mass / mass.sum()  # (nbody,)
 
     def position(self, v):
@@ -176,8 +195,8 @@ class AntTask(LocomotionTask):
     n_position_coords = 2
     gaussian_qvel_noise = True
 
-    def __init__(self, gym_env, device):
-        super().__init__(gym_env, device)
+    def __init__(self, gym_env, device, dtype=torch.float32):
+        super().__init__(gym_env, device, dtype)
         e = gym_env
         self.contact_cost_weight = float(e._contact_cost_weight)
         self.contact_force_range = tuple(float(x) for x in e._contact_force_range)
@@ -225,8 +244,8 @@ class HalfCheetahTask(LocomotionTask):
 class _PlanarWalkerTask(LocomotionTask):
     """Hopper and Walker2d: observation velocities clipped to [-10, 10], z and angle in range."""
 
-    def __init__(self, gym_env, device):
-        super().__init__(gym_env, device)
+    def __init__(self, gym_env, device, dtype=torch.float32):
+        super().__init__(gym_env, device, dtype)
         self.healthy_z_range = tuple(float(x) for x in gym_env._healthy_z_range)
         self.healthy_angle_range = tuple(float(x) for x in gym_env._healthy_angle_range)
 
@@ -243,8 +262,8 @@ class _PlanarWalkerTask(LocomotionTask):
 class HopperTask(_PlanarWalkerTask):
     """``gymnasium/envs/mujoco/hopper_v5.py``: also every state entry but x and z within a range."""
 
-    def __init__(self, gym_env, device):
-        super().__init__(gym_env, device)
+    def __init__(self, gym_env, device, dtype=torch.float32):
+        super().__init__(gym_env, device, dtype)
         self.healthy_state_range = tuple(float(x) for x in gym_env._healthy_state_range)
 
     def healthy(self, v):
