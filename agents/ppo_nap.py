@@ -18,9 +18,9 @@ them); runs resume from their last checkpoint.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -28,10 +28,15 @@ import tyro
 from torch import nn
 
 import envs
-from cleanrl_style import FlatParameters, NormProjector, RewardScaler, Run, RunArgs, RunningNorm, args_from_dict, mlp
+from cleanrl_style import (
+    FlatParameters, NormProjector, RewardScaler, Run, RunArgs, RunningNorm, args_from_dict, compile_or_eager, mlp,
+)
 
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+# --compile auto compiles runs at least this long: the compile (~25 s, ~5 s cached) then costs
+# under 5% of the time it saves (~0.15 s per 2,048-step iteration on Humanoid, 2-core CPU).
+COMPILE_FROM_STEPS = 500_000
 
 
 @dataclass
@@ -86,9 +91,9 @@ class Args(RunArgs):
     """clip normalized observations to [-obs_clip, obs_clip]"""
     normalize_reward: bool = True
     """scale rewards by the running std of the discounted return"""
-    compile: bool = False
+    compile: Literal["auto", "on", "off"] = "auto"
     """torch.compile the minibatch loss and its gradient: on the CPU an update costs ~40% less after a
-    one-off compile at start (~25 s, ~5 s once cached in /tmp/torchinductor_*); pays off beyond ~200k steps"""
+    one-off compile at the first update (~25 s, ~5 s once cached). auto: on for runs of 500k steps or more"""
 
     # filled in at run time
     batch_size: int = 0
@@ -205,7 +210,8 @@ if __name__ == "__main__":
 
     # A minibatch update of these small networks is bound by per-op overhead, not arithmetic: compiled,
     # the loss's forward and backward become a few fused kernels (same gradients to float rounding).
-    minibatch_loss = torch.compile(ppo_loss) if args.compile else ppo_loss
+    use_compile = args.compile == "on" or (args.compile == "auto" and args.total_timesteps >= COMPILE_FROM_STEPS)
+    minibatch_loss = compile_or_eager(ppo_loss, use_compile)
 
     # Rollout storage, on the training device
     obs = torch.zeros((args.num_steps, args.num_envs, obs_dim), device=device)

@@ -1,30 +1,41 @@
 """PPO-NaP (agents/ppo_nap.py) against Stable-Baselines3 PPO: environment steps per second.
 
-    python benchmarks/ppo_vs_sb3.py --env Humanoid --total-timesteps 32768
+    python benchmarks/ppo_vs_sb3.py --env Humanoid --total-timesteps 98304 --repeats 3
+    python benchmarks/ppo_vs_sb3.py --compile on ...   # ours with the loss compiled (auto: only from 500k steps)
 
 Both use the same rollout (8 envs x 256 steps), 32 minibatches, 10 epochs, 64x64 tanh networks,
 observation and reward normalization, and one torch thread (SB3 is slower with more on 2 cores:
 ``--sb3-threads 0`` measures its default). Ours runs with its defaults otherwise (LayerNorm, NaP,
 the fastest backend); SB3 with its DummyVecEnv over Gymnasium envs, as its users run it.
-Both sides are timed over the same window, from environment construction to the end of
-training (imports and interpreter start excluded on both sides: for ours that is the run's own
-clock, the ``time`` column of ``progress.csv`` at its last row). The whole-process time of ours is
-printed too. Prints each SPS and the ratio.
+
+Two figures per contender:
+
+- **window**: steps / time from environment construction to the end of training (imports and
+  interpreter start excluded on both sides; for ours that is the run's own clock, the ``time``
+  column of ``progress.csv`` at its last row). Includes one-off costs: the first iteration,
+  ``torch.compile`` with ``--compile on``.
+- **steady**: steps after the first iteration / time after it, what a long run approaches.
+
+The machine's speed drifts by 10-20% over minutes (a shared host), so ``--repeats`` alternates
+the contenders and the ratios of each pair are reported with their median.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import tyro
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+BATCH = 2048  # 8 envs x 256 steps: one iteration of either contender
 
 
 @dataclass
@@ -32,15 +43,19 @@ class Args:
     env: str = "Humanoid"
     """environment short name or Gymnasium id"""
     total_timesteps: int = 32_768
-    """steps per contender (a multiple of 2,048)"""
+    """steps per contender (a multiple of 2,048, at least 4,096)"""
     sb3_threads: int = 1
     """torch threads for SB3 (0: torch's default)"""
     backend: str = "auto"
     """our vector-env backend"""
+    compile: Literal["auto", "on", "off"] = "auto"
+    """ours' --compile (auto: compiled for runs of 500k steps or more, as agents/ppo_nap.py decides)"""
+    repeats: int = 1
+    """alternate ours and SB3 this many times"""
 
 
-def ours_sps(args: Args) -> tuple[float, float]:
-    """(SPS over the run's own clock, SPS over the whole process)."""
+def ours_sps(args: Args) -> tuple[float, float, float]:
+    """(window SPS, steady SPS, whole-process SPS) of one run of agents/ppo_nap.py."""
     from cleanrl_style.logger import read_progress
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -48,22 +63,37 @@ def ours_sps(args: Args) -> tuple[float, float]:
         cmd = [
             sys.executable, str(REPO_ROOT / "agents" / "ppo_nap.py"), "--env", args.env,
             "--total-timesteps", str(args.total_timesteps), "--backend", args.backend,
-            "--eval-episodes", "0", "--no-progress-bar", "--run-dir", str(run_dir),
+            "--eval-episodes", "0", "--no-progress-bar", "--run-dir", str(run_dir), "--compile", args.compile,
         ]
         start = time.perf_counter()
         subprocess.run(cmd, check=True, cwd=tmp)
         whole_process = time.perf_counter() - start
-        run_clock = read_progress(run_dir)["charts/SPS"][-1][1]
-        return args.total_timesteps / run_clock, args.total_timesteps / whole_process
+        times = [t for _, t, _ in read_progress(run_dir)["charts/SPS"]]  # one row per iteration
+        window = args.total_timesteps / times[-1]
+        steady = (args.total_timesteps - BATCH) / (times[-1] - times[0])
+        return window, steady, args.total_timesteps / whole_process
 
 
-def sb3_sps(args: Args) -> float:
+def sb3_sps(args: Args) -> tuple[float, float]:
+    """(window SPS, steady SPS) of one SB3 PPO run in this process."""
     import torch
     from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
     import envs
+
+    class RolloutClock(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.starts: list[float] = []
+
+        def _on_rollout_start(self) -> None:
+            self.starts.append(time.perf_counter())
+
+        def _on_step(self) -> bool:
+            return True
 
     if args.sb3_threads > 0:
         torch.set_num_threads(args.sb3_threads)
@@ -74,15 +104,30 @@ def sb3_sps(args: Args) -> float:
         gae_lambda=0.95, clip_range=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5,
         policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=torch.nn.Tanh), seed=1, device="cpu",
     )
-    model.learn(total_timesteps=args.total_timesteps)
-    return args.total_timesteps / (time.perf_counter() - start)
+    clock = RolloutClock()
+    model.learn(total_timesteps=args.total_timesteps, callback=clock)
+    end = time.perf_counter()
+    # starts[1] is the end of the first iteration (its rollout and its update).
+    return args.total_timesteps / (end - start), (args.total_timesteps - BATCH) / (end - clock.starts[1])
 
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    if args.total_timesteps % BATCH or args.total_timesteps < 2 * BATCH:
+        raise SystemExit(f"--total-timesteps must be a multiple of {BATCH} and at least {2 * BATCH}")
     os.environ.setdefault("MUJOCO_GL", "disable")
-    ours, ours_process = ours_sps(args)
-    print(f"ppo_nap.py      {args.env}: {ours:8.0f} SPS   ({ours_process:.0f} SPS counting interpreter start and imports)", flush=True)
-    theirs = sb3_sps(args)
-    print(f"SB3 PPO         {args.env}: {theirs:8.0f} SPS")
-    print(f"ratio ours/SB3: {ours / theirs:.2f}x")
+    name = f"ppo_nap.py --compile {args.compile}"
+    window_ratios, steady_ratios = [], []
+    for repeat in range(args.repeats):
+        ours, ours_steady, ours_process = ours_sps(args)
+        print(f"[{repeat + 1}] {name:26s} {args.env}: window {ours:6.0f} SPS   steady {ours_steady:6.0f} SPS   "
+              f"({ours_process:.0f} SPS counting interpreter start and imports)", flush=True)
+        theirs, theirs_steady = sb3_sps(args)
+        print(f"[{repeat + 1}] {'SB3 PPO':26s} {args.env}: window {theirs:6.0f} SPS   steady {theirs_steady:6.0f} SPS", flush=True)
+        window_ratios.append(ours / theirs)
+        steady_ratios.append(ours_steady / theirs_steady)
+        print(f"[{repeat + 1}] ratio ours/SB3: window {window_ratios[-1]:.2f}x   steady {steady_ratios[-1]:.2f}x", flush=True)
+    fmt = lambda ratios: ", ".join(f"{r:.2f}" for r in ratios)  # noqa: E731
+    print(f"ratio ours/SB3 over {args.repeats} pair(s), {args.total_timesteps} steps each: "
+          f"window median {statistics.median(window_ratios):.2f}x ({fmt(window_ratios)}), "
+          f"steady median {statistics.median(steady_ratios):.2f}x ({fmt(steady_ratios)})")

@@ -4,6 +4,7 @@ What is the algorithm stays in ``agents/<name>.py``; what is not lives here, wri
 """
 
 from cleanrl_style.checkpoint import load_checkpoint, save_checkpoint
+from cleanrl_style.compiling import compile_or_eager
 from cleanrl_style.flat_params import FlatParameters
 from cleanrl_style.layers import SimbaBlock, SimbaEncoder, layer_init, mlp
 from cleanrl_style.nap import NormProjector
@@ -20,6 +21,7 @@ __all__ = [
     "SimbaBlock",
     "SimbaEncoder",
     "args_from_dict",
+    "compile_or_eager",
     "layer_init",
     "load_checkpoint",
     "mlp",

@@ -118,12 +118,12 @@ def test_written_out_gaussian_matches_torch_distributions():
 
 
 def test_compiled_minibatch_loss_trains_like_the_eager_one(run_agent, tmp_path):
-    """--compile fuses the loss's forward and backward; it must compute the same update (float rounding
+    """--compile on fuses the loss's forward and backward; it must compute the same update (float rounding
     aside): one iteration of 8 minibatch updates from the same seed ends at the same parameters."""
     states, kl = {}, {}
     for mode in ("eager", "compiled"):
         run_dir = tmp_path / mode
-        flags = ["--compile"] if mode == "compiled" else []
+        flags = ["--compile", "on" if mode == "compiled" else "off"]
         run_agent("ppo_nap", *FAST, "--total-timesteps", "128", "--eval-episodes", "0", "--seed", "3",
                   "--run-dir", str(run_dir), *flags, timeout=900)
         states[mode] = load_checkpoint(run_dir)["agent"]

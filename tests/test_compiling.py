@@ -1,0 +1,42 @@
+"""compile_or_eager: a failed torch.compile falls back to the eager function, once, with a warning."""
+
+import pytest
+import torch
+
+import cleanrl_style.compiling as compiling
+from cleanrl_style import compile_or_eager
+
+
+def _loss(x):
+    return (x * x).sum()
+
+
+def test_disabled_returns_the_function_itself():
+    assert compile_or_eager(_loss, enabled=False) is _loss
+
+
+def test_a_failing_compile_warns_with_the_reason_and_runs_eagerly(monkeypatch):
+    calls = []
+
+    def broken_compile(fn):
+        def compiled(*args):
+            calls.append("compiled")
+            raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found\nmore detail")
+        return compiled
+
+    monkeypatch.setattr(compiling.torch, "compile", broken_compile)
+    loss = compile_or_eager(_loss, enabled=True)
+    x = torch.tensor([1.0, 2.0])
+    with pytest.warns(RuntimeWarning, match=r"_loss failed \(RuntimeError: InvalidCxxCompiler.*--compile off"):
+        assert loss(x).item() == 5.0
+    assert loss(x).item() == 5.0  # eager from now on: the compiled function is not tried again
+    assert calls == ["compiled"]
+
+
+def test_an_error_of_the_function_itself_still_raises():
+    def bad(x):
+        return x @ torch.ones(3)  # shape mismatch for a (2,) input
+
+    loss = compile_or_eager(bad, enabled=True)
+    with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match="inconsistent tensor size"):
+        loss(torch.ones(2))
