@@ -91,14 +91,14 @@ class MujocoBatchVectorEnv(TorchVectorEnv):
         self._mujoco = mujoco
         model = self._gym_env.model
         self._model = model
-        # persistent: every simulation keeps its whole MjData, so that get_data() hands over the
-        # derived fields mj_rnePostConstraint needs.
-        self._batch = Batch(model, nsim=num_envs, nthread=num_threads, persistent=True)
+        self.task = TASKS[env_id](self._gym_env, torch.device("cpu"), torch.float64)
+        # persistent: every simulation keeps its whole MjData (memory grows with num_envs), so that
+        # get_data() hands over the derived fields mj_rnePostConstraint needs. Only for cfrc_ext.
+        self._batch = Batch(model, nsim=num_envs, nthread=num_threads, persistent=self.task.needs_cfrc_ext)
         obs_space = self._gym_env.observation_space
         obs_space = gym.spaces.Box(-np.inf, np.inf, shape=obs_space.shape, dtype=np.float32)
         super().__init__(env_id, num_envs, obs_space, self._gym_env.action_space, device)
 
-        self.task = TASKS[env_id](self._gym_env, torch.device("cpu"), torch.float64)
         self.frame_skip = int(self._gym_env.frame_skip)
         self.max_episode_steps = int(max_episode_steps or gym.spec(env_id).max_episode_steps)
         b = self._batch

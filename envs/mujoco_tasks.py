@@ -23,15 +23,6 @@ import mujoco
 import numpy as np
 import torch
 
-# The five ids the batched backends implement, with the Gymnasium class each one mirrors.
-WARP_TASK_CLASSES: dict[str, str] = {
-    "Humanoid-v5": "HumanoidEnv",
-    "Ant-v5": "AntEnv",
-    "HalfCheetah-v5": "HalfCheetahEnv",
-    "Hopper-v5": "HopperEnv",
-    "Walker2d-v5": "Walker2dEnv",
-}
-
 
 @dataclass
 class StateViews:
