@@ -34,8 +34,8 @@ from cleanrl_style import (
 
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
-# --compile auto compiles runs at least this long: the compile (~25 s, ~5 s cached) then costs
-# under 5% of the time it saves (~0.15 s per 2,048-step iteration on Humanoid, 2-core CPU).
+# --compile auto compiles runs at least this long, which repay the compile (10-25 s): it saves
+# ~0.15 s per 2,048-step iteration (Humanoid, 2-core CPU), ~37 s by 500k steps, ~73 s by 1M.
 COMPILE_FROM_STEPS = 500_000
 
 
@@ -93,7 +93,7 @@ class Args(RunArgs):
     """scale rewards by the running std of the discounted return"""
     compile: Literal["auto", "on", "off"] = "auto"
     """torch.compile the minibatch loss and its gradient: on the CPU an update costs ~40% less after a
-    one-off compile at the first update (~25 s, ~5 s once cached). auto: on for runs of 500k steps or more"""
+    one-off compile at the first update (10-25 s). auto: on for runs of 500k steps or more"""
 
     # filled in at run time
     batch_size: int = 0
