@@ -39,7 +39,7 @@ class RunArgs:
     num_envs: int = 1
     """number of parallel sub-environments"""
     backend: str = "auto"
-    """vector-env backend: auto, gymnasium, envpool (and warp where installed)"""
+    """vector-env backend: auto (the fastest that supports the env), gymnasium, mujoco, envpool, warp"""
     seed: int = 1
     """seed of the run (environments, networks, sampling)"""
     total_timesteps: int = 1_000_000
