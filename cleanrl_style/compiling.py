@@ -22,13 +22,13 @@ def compile_or_eager(fn: Callable, enabled: bool, off_flag: str = "--compile off
     """
     if not enabled:
         return fn
-    compiled = torch.compile(fn)
     chosen: list[Callable] = []
 
     def call(*args, **kwargs):
         if chosen:
             return chosen[0](*args, **kwargs)
         try:
+            compiled = torch.compile(fn)  # may itself refuse (an unsupported Python, say)
             out = compiled(*args, **kwargs)
         except Exception as err:  # compilation errors come from several torch subsystems
             reason = str(err).strip().splitlines()[0] if str(err).strip() else ""

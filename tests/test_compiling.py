@@ -40,3 +40,13 @@ def test_an_error_of_the_function_itself_still_raises():
     loss = compile_or_eager(bad, enabled=True)
     with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match="inconsistent tensor size"):
         loss(torch.ones(2))
+
+
+def test_a_compile_refused_up_front_also_falls_back(monkeypatch):
+    def refusing_compile(fn):
+        raise RuntimeError("torch.compile is not supported on this Python")
+
+    monkeypatch.setattr(compiling.torch, "compile", refusing_compile)
+    loss = compile_or_eager(_loss, enabled=True)  # nothing is compiled before the first call
+    with pytest.warns(RuntimeWarning, match="not supported on this Python"):
+        assert loss(torch.tensor([3.0])).item() == 9.0
