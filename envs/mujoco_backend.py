@@ -27,11 +27,9 @@ import numpy as np
 import torch
 
 from envs.core import TorchVectorEnv
-from envs.mujoco_tasks import TASKS, StateViews
+from envs.mujoco_tasks import TASKS, StateViews, check_task_request
 
 ALTERNATIVES = "backend='envpool' or backend='gymnasium' (any registered MuJoCo env)"
-# Gymnasium kwargs the batch cannot honour: it never renders.
-_RENDER_KWARGS = ("render_mode", "width", "height", "camera_id", "camera_name", "default_camera_config")
 
 
 class MujocoBatchUnsupportedError(ValueError):
@@ -77,15 +75,7 @@ class MujocoBatchVectorEnv(TorchVectorEnv):
         import mujoco
         from mujoco.batch import Batch
 
-        if env_id not in TASKS:
-            raise MujocoBatchUnsupportedError(
-                f"{env_id!r}: the mujoco backend implements {', '.join(TASKS)}. Use {ALTERNATIVES}."
-            )
-        rendering = [k for k in _RENDER_KWARGS if k in env_kwargs]
-        if rendering:
-            raise MujocoBatchUnsupportedError(
-                f"{env_id}: rendering ({', '.join(rendering)}) is not supported by the mujoco backend. Use {ALTERNATIVES}."
-            )
+        check_task_request(env_id, env_kwargs, "mujoco", ALTERNATIVES, MujocoBatchUnsupportedError)
         # The Gymnasium env is only read (model, spaces, parameters); it is never stepped.
         self._gym_env = gym.make(env_id, **env_kwargs).unwrapped
         self._mujoco = mujoco

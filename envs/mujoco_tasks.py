@@ -276,6 +276,21 @@ TASKS: dict[str, type[LocomotionTask]] = {
     "Walker2d-v5": Walker2dTask,
 }
 
+# Gymnasium kwargs that only concern rendering, which the batched backends do not do.
+RENDER_KWARGS = ("render_mode", "width", "height", "camera_id", "camera_name", "default_camera_config",
+                 "max_geom", "visual_options")
+
+
+def check_task_request(env_id: str, env_kwargs: dict, backend: str, alternatives: str, error: type[Exception]) -> None:
+    """Raise ``error`` naming the alternatives for an id without a task here or a rendering kwarg."""
+    if env_id not in TASKS:
+        raise error(f"{env_id!r}: the {backend} backend implements {', '.join(TASKS)}. Use {alternatives}.")
+    rendering = [k for k in RENDER_KWARGS if k in env_kwargs]
+    if rendering:
+        raise error(
+            f"{env_id}: rendering ({', '.join(rendering)}) is not supported by the {backend} backend. Use {alternatives}."
+        )
+
 
 # ----- contact and constraint buffer sizes -------------------------------------------------------
 

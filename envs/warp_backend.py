@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from envs.core import TorchVectorEnv
-from envs.mujoco_tasks import TASKS, StateViews, contact_buffer_sizes
+from envs.mujoco_tasks import TASKS, StateViews, check_task_request, contact_buffer_sizes
 
 ALTERNATIVES = "backend='envpool' (Gymnasium's MuJoCo ids on CPU threads) or backend='gymnasium' (any model)"
 
@@ -46,10 +46,6 @@ def warp_supports(env_id: str) -> bool:
 
 # Overflow bits that mean lost contacts or constraint rows (not the solver's iteration limit).
 _BUFFER_OVERFLOW_NAMES = ("NEFC", "NJMAX_NNZ", "BROADPHASE", "NARROWPHASE", "CCD", "HFIELD", "NVMAX", "EPA_HORIZON")
-
-# Gymnasium kwargs that only concern rendering, which this backend does not do.
-_RENDER_KWARGS = ("render_mode", "width", "height", "camera_id", "camera_name", "default_camera_config",
-                  "max_geom", "visual_options")
 
 
 class WarpVectorEnv(TorchVectorEnv):
@@ -88,15 +84,7 @@ class WarpVectorEnv(TorchVectorEnv):
         max_episode_steps: int | None = None,
         **env_kwargs,
     ):
-        if env_id not in TASKS:
-            raise WarpUnsupportedError(
-                f"{env_id!r}: the warp backend implements {', '.join(TASKS)}. Use {ALTERNATIVES}."
-            )
-        rendering = [k for k in _RENDER_KWARGS if k in env_kwargs]
-        if rendering:
-            raise WarpUnsupportedError(
-                f"{env_id}: rendering ({', '.join(rendering)}) is not supported by the warp backend. Use {ALTERNATIVES}."
-            )
+        check_task_request(env_id, env_kwargs, "warp", ALTERNATIVES, WarpUnsupportedError)
         device = torch.device(device)
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
