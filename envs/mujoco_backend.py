@@ -164,13 +164,8 @@ class MujocoBatchVectorEnv(TorchVectorEnv):
         if task.needs_cfrc_ext:
             self._rne_post_constraint(range(self.num_envs))
 
-        final_obs = task.observation(s).to(torch.float32)
-        position = task.position(s)
-        x_velocity = task.x_velocity(self._position, position)
-        healthy = task.healthy(s)
-        reward, self.reward_terms = task.reward(s, action, x_velocity, healthy)
-        self._position = position
-        terminated = ~healthy if task.terminate_when_unhealthy else torch.zeros_like(healthy)
+        final_obs, self._position, _, reward, self.reward_terms, terminated = task.outcome(s, action, self._position)
+        final_obs = final_obs.to(torch.float32)
         self._elapsed += 1
         truncated = torch.from_numpy(self._elapsed >= self.max_episode_steps)
         done_ids = np.flatnonzero((terminated | truncated).numpy())

@@ -18,10 +18,22 @@ below can be applied as written.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import mujoco
 import numpy as np
 import torch
+
+
+class Outcome(NamedTuple):
+    """What Gymnasium's ``step`` computes once the physics has run (all ``(N, ...)``)."""
+
+    obs: torch.Tensor
+    position: torch.Tensor  # the next step's ``position_before``
+    x_velocity: torch.Tensor
+    reward: torch.Tensor
+    reward_terms: dict[str, torch.Tensor]
+    terminated: torch.Tensor
 
 
 @dataclass
@@ -95,6 +107,15 @@ class LocomotionTask:
         return sum(terms.values()), terms
 
     has_healthy_reward: bool = True
+
+    def outcome(self, v: StateViews, action: torch.Tensor, position_before: torch.Tensor) -> Outcome:
+        """Observation, forward velocity, reward and termination after a physics step, as Gymnasium's ``step``."""
+        position = self.position(v)
+        x_velocity = self.x_velocity(position_before, position)
+        healthy = self.healthy(v)
+        reward, terms = self.reward(v, action, x_velocity, healthy)
+        terminated = ~healthy if self.terminate_when_unhealthy else torch.zeros_like(healthy)
+        return Outcome(self.observation(v), position, x_velocity, reward, terms, terminated)
 
     def reset_noise(self, generator: torch.Generator, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(qpos, qvel)`` of ``n`` fresh episodes: the initial state plus Gymnasium's reset noise."""

@@ -320,19 +320,12 @@ class WarpVectorEnv(TorchVectorEnv):
         self._run("physics")
         self._check_overflow()
 
-        final_obs = self.task.observation(s)
-        position = self.task.position(s)
-        self.x_velocity = self.task.x_velocity(self._position, position)
-        healthy = self.task.healthy(s)
-        reward, self.reward_terms = self.task.reward(s, actions, self.x_velocity, healthy)
-        if self.task.terminate_when_unhealthy:
-            terminated = ~healthy
-        else:
-            terminated = torch.zeros_like(healthy)
+        final_obs, self._position, self.x_velocity, reward, self.reward_terms, terminated = self.task.outcome(
+            s, actions, self._position
+        )
         self._elapsed += 1
         truncated = self._elapsed >= self.max_episode_steps
         done = terminated | truncated
-        self._position = position
         # On CUDA the reset runs unconditionally (masked): asking done.any() would stall the stream.
         if self._cuda or bool(done.any()):
             self._reset_worlds(done)
