@@ -27,7 +27,14 @@ import tyro
 
 from cleanrl_style import Run
 from cleanrl_style.llm_losses import batched_logprobs, group_advantages, group_reward_std, ppo_update, zero_variance_fraction
-from cleanrl_style.llm_rollout import LLMRunArgs, collect_group_rollouts, evaluate_success, make_task_set, rollout_stats, task_ids_of
+from cleanrl_style.llm_rollout import (
+    LLMRunArgs,
+    collect_group_rollouts,
+    evaluate_success,
+    make_task_set,
+    rollout_stats,
+    task_ids_of,
+)
 from cleanrl_style.llm_train import build_policy, export_model, reference_logprobs, sample_groups, save_policy_checkpoint
 
 
@@ -71,8 +78,11 @@ def train_metrics(rollouts, rewards: torch.Tensor, timing: dict, update: dict) -
 
 def test_metrics(policy, tokenizer, test_tasks, args, suffix: str = "") -> dict[str, float]:
     stats = evaluate_success(policy, tokenizer, test_tasks, args.eval_episodes, args, first_user_suffix=suffix)
-    return {"charts/test_success_rate": stats["success_rate"], "eval/turns_per_episode": stats["turns_per_episode"],
-            "eval/tool_errors_per_episode": stats["tool_errors_per_episode"]}
+    return {
+        "charts/test_success_rate": stats["success_rate"],
+        "eval/turns_per_episode": stats["turns_per_episode"],
+        "eval/tool_errors_per_episode": stats["tool_errors_per_episode"],
+    }
 
 
 if __name__ == "__main__":
@@ -93,15 +103,33 @@ if __name__ == "__main__":
         advantages = group_advantages(rewards, args.adv_eps).flatten()
         sequences, masks = [r.tokens for r in rollouts], [r.policy_mask for r in rollouts]
         token_advantages = [torch.full((len(r.tokens),), float(a)) for r, a in zip(rollouts, advantages)]
-        ref = (reference_logprobs(policy, reference, sequences, masks, pad_id, args.micro_batch_size, args.temperature)
-               if args.kl_coef > 0 else None)
-        old = (batched_logprobs(policy, sequences, masks, pad_id, args.micro_batch_size, args.temperature)
-               if args.update_epochs > 1 else None)
+        ref = (
+            reference_logprobs(policy, reference, sequences, masks, pad_id, args.micro_batch_size, args.temperature)
+            if args.kl_coef > 0
+            else None
+        )
+        old = (
+            batched_logprobs(policy, sequences, masks, pad_id, args.micro_batch_size, args.temperature)
+            if args.update_epochs > 1
+            else None
+        )
         for _ in range(args.update_epochs):
-            update = ppo_update(policy, optimizer, sequences, masks, token_advantages, pad_id, clip_coef=args.clip_coef,
-                                kl_coef=args.kl_coef, ref_logps=ref, old_logps=old, micro_batch_size=args.micro_batch_size,
-                                temperature=args.temperature, max_grad_norm=args.max_grad_norm,
-                                loss_aggregation=args.loss_aggregation)
+            update = ppo_update(
+                policy,
+                optimizer,
+                sequences,
+                masks,
+                token_advantages,
+                pad_id,
+                clip_coef=args.clip_coef,
+                kl_coef=args.kl_coef,
+                ref_logps=ref,
+                old_logps=old,
+                micro_batch_size=args.micro_batch_size,
+                temperature=args.temperature,
+                max_grad_norm=args.max_grad_norm,
+                loss_aggregation=args.loss_aggregation,
+            )
 
         # ---- logging, evaluation, checkpoints ----------------------------------------------------
         metrics = train_metrics(rollouts, rewards, timing, update) | {"charts/learning_rate": args.learning_rate}

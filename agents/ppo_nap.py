@@ -29,9 +29,16 @@ from torch import nn
 
 import envs
 from cleanrl_style import (
-    FlatParameters, NormProjector, RewardScaler, Run, RunArgs, RunningNorm, args_from_dict, compile_or_eager, mlp,
+    FlatParameters,
+    NormProjector,
+    RewardScaler,
+    Run,
+    RunArgs,
+    RunningNorm,
+    args_from_dict,
+    compile_or_eager,
+    mlp,
 )
-
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 # --compile auto compiles runs at least this long, which repay the compile (10-25 s): it saves
@@ -168,8 +175,11 @@ if __name__ == "__main__":
     flat = FlatParameters(agent)
     optimizer = torch.optim.Adam([flat.param], lr=args.learning_rate, eps=1e-5, fused=True)
     projector = NormProjector(
-        agent, agent.output_layers(), project_output=args.nap_project_output,
-        layer_norm=args.nap_layer_norm, biases=args.nap_biases,
+        agent,
+        agent.output_layers(),
+        project_output=args.nap_project_output,
+        layer_norm=args.nap_layer_norm,
+        biases=args.nap_biases,
     )
     reward_scaler = RewardScaler(args.num_envs, args.gamma).to(device)
     start_iteration = 1
@@ -281,7 +291,7 @@ if __name__ == "__main__":
 
         # ---- PPO update, with the NaP projection after every optimizer step ------------------
         clipfracs = []
-        for epoch in range(args.update_epochs):
+        for _epoch in range(args.update_epochs):
             # Shuffle the batch once per epoch; minibatches are then slices (views), not gathers.
             b_inds = torch.randperm(args.batch_size, device=device)
             e_obs, e_actions, e_logprobs = b_obs[b_inds], b_actions[b_inds], b_logprobs[b_inds]
@@ -330,8 +340,12 @@ if __name__ == "__main__":
 
         if run.checkpoint_due(global_step) or iteration == args.num_iterations:
             run.save(
-                global_step, iteration=iteration, agent=agent.state_dict(), optimizer=optimizer.state_dict(),
-                nap=projector.state_dict(), reward_scaler=reward_scaler.state_dict(),
+                global_step,
+                iteration=iteration,
+                agent=agent.state_dict(),
+                optimizer=optimizer.state_dict(),
+                nap=projector.state_dict(),
+                reward_scaler=reward_scaler.state_dict(),
             )
     vec_env.close()
 

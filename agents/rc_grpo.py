@@ -32,15 +32,23 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import tyro
+from grpo import test_metrics, train_metrics
 
 from cleanrl_style import Run
 from cleanrl_style.llm_losses import batched_logprobs, group_advantages, ppo_update, sft_step
-from cleanrl_style.llm_rollout import LLMRunArgs, collect_group_rollouts, make_task_set, task_ids_of, tokenize_conversation, with_first_user_suffix
+from cleanrl_style.llm_rollout import (
+    LLMRunArgs,
+    collect_group_rollouts,
+    make_task_set,
+    task_ids_of,
+    tokenize_conversation,
+    with_first_user_suffix,
+)
 from cleanrl_style.llm_train import build_policy, export_model, reference_logprobs, sample_groups, save_policy_checkpoint
-from grpo import test_metrics, train_metrics
 
 HIGH_REWARD, LOW_REWARD = "<|high_reward|>", "<|low_reward|>"
 
@@ -133,11 +141,23 @@ def run_rctp(args: Args, run: Run) -> None:
     for step in range(start, total + 1):
         epoch, batch = divmod(step - 1, per_epoch)
         order = torch.randperm(len(sequences), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch)).tolist()
-        chosen = order[batch * args.rctp_batch_size:(batch + 1) * args.rctp_batch_size]
-        stats = sft_step(policy, optimizer, [sequences[i] for i in chosen], [masks[i] for i in chosen], tokenizer.pad_token_id,
-                         args.micro_batch_size, args.max_grad_norm)
-        metrics = {"losses/sft_loss": stats["sft_loss"], "losses/grad_norm": stats["grad_norm"], "rctp/epoch": epoch,
-                   "charts/learning_rate": args.learning_rate, **(data_stats if step == 1 else {})}
+        chosen = order[batch * args.rctp_batch_size : (batch + 1) * args.rctp_batch_size]
+        stats = sft_step(
+            policy,
+            optimizer,
+            [sequences[i] for i in chosen],
+            [masks[i] for i in chosen],
+            tokenizer.pad_token_id,
+            args.micro_batch_size,
+            args.max_grad_norm,
+        )
+        metrics = {
+            "losses/sft_loss": stats["sft_loss"],
+            "losses/grad_norm": stats["grad_norm"],
+            "rctp/epoch": epoch,
+            "charts/learning_rate": args.learning_rate,
+            **(data_stats if step == 1 else {}),
+        }
         if args.eval_every and step % args.eval_every == 0 and step < total:
             metrics |= test_metrics(policy, tokenizer, test_tasks, args, args.token_separator + HIGH_REWARD)
         run.log(step, metrics)
@@ -154,29 +174,57 @@ def run_rc_grpo(args: Args, run: Run) -> None:
     train_ids = task_ids_of(train_tasks)
     for iteration in range(start, args.total_timesteps + 1):
         tasks = sample_groups(train_ids, args.groups_per_step, args.seed, iteration)
-        tokens = draw_reward_tokens(len(tasks) * args.group_size, args.p_high, random.Random(args.seed * 1_000_003 + iteration))
+        tokens = draw_reward_tokens(
+            len(tasks) * args.group_size, args.p_high, random.Random(args.seed * 1_000_003 + iteration)
+        )
         rollouts, timing, rewards = collect_group_rollouts(
-            policy, tokenizer, train_tasks, tasks, args, iteration,
-            first_user_suffixes=[args.token_separator + t for t in tokens])
+            policy,
+            tokenizer,
+            train_tasks,
+            tasks,
+            args,
+            iteration,
+            first_user_suffixes=[args.token_separator + t for t in tokens],
+        )
 
         # GRPO over the whole group, high- and low-conditioned rollouts together.
         advantages = group_advantages(rewards, args.adv_eps).flatten()
         sequences, masks = [r.tokens for r in rollouts], [r.policy_mask for r in rollouts]
         token_advantages = [torch.full((len(r.tokens),), float(a)) for r, a in zip(rollouts, advantages)]
-        ref = (reference_logprobs(policy, reference, sequences, masks, pad_id, args.micro_batch_size, args.temperature)
-               if args.kl_coef > 0 else None)
-        old = (batched_logprobs(policy, sequences, masks, pad_id, args.micro_batch_size, args.temperature)
-               if args.update_epochs > 1 else None)
+        ref = (
+            reference_logprobs(policy, reference, sequences, masks, pad_id, args.micro_batch_size, args.temperature)
+            if args.kl_coef > 0
+            else None
+        )
+        old = (
+            batched_logprobs(policy, sequences, masks, pad_id, args.micro_batch_size, args.temperature)
+            if args.update_epochs > 1
+            else None
+        )
         for _ in range(args.update_epochs):
-            update = ppo_update(policy, optimizer, sequences, masks, token_advantages, pad_id, clip_coef=args.clip_coef,
-                                kl_coef=args.kl_coef, ref_logps=ref, old_logps=old, micro_batch_size=args.micro_batch_size,
-                                temperature=args.temperature, max_grad_norm=args.max_grad_norm,
-                                loss_aggregation=args.loss_aggregation)
+            update = ppo_update(
+                policy,
+                optimizer,
+                sequences,
+                masks,
+                token_advantages,
+                pad_id,
+                clip_coef=args.clip_coef,
+                kl_coef=args.kl_coef,
+                ref_logps=ref,
+                old_logps=old,
+                micro_batch_size=args.micro_batch_size,
+                temperature=args.temperature,
+                max_grad_norm=args.max_grad_norm,
+                loss_aggregation=args.loss_aggregation,
+            )
 
         high = [r.reward for r, t in zip(rollouts, tokens) if t == HIGH_REWARD]
         low = [r.reward for r, t in zip(rollouts, tokens) if t == LOW_REWARD]
         metrics = train_metrics(rollouts, rewards, timing, update) | {
-            "charts/learning_rate": args.learning_rate, "rc_grpo/high_token_fraction": len(high) / len(tokens)}
+            "charts/learning_rate": args.learning_rate,
+            "rc_grpo/high_token_fraction": len(high) / len(tokens),
+        }
         if high:
             metrics["rc_grpo/success_high"] = sum(high) / len(high)
         if low:
@@ -194,8 +242,10 @@ def finish(args: Args, run: Run, policy, tokenizer, test_tasks, final_step: int)
     if args.eval_episodes > 0:
         metrics = test_metrics(policy, tokenizer, test_tasks, args, args.token_separator + HIGH_REWARD)
         run.log(final_step, metrics)
-        print(f"held-out success over {args.eval_episodes} tasks (conditioned on {HIGH_REWARD}): "
-              f"{metrics['charts/test_success_rate']:.3f}")
+        print(
+            f"held-out success over {args.eval_episodes} tasks (conditioned on {HIGH_REWARD}): "
+            f"{metrics['charts/test_success_rate']:.3f}"
+        )
     if args.save_model and final_step > 0:
         export_model(run, policy, tokenizer)
     run.close()
@@ -208,7 +258,7 @@ if __name__ == "__main__":
     if not args.exp_name:
         args.exp_name = f"rc_grpo_{args.stage}"
     if args.stage == "rctp" and not args.resume:
-        examples = args.rctp_trajectories if not args.rctp_data else sum(1 for _ in open(args.rctp_data))
+        examples = args.rctp_trajectories if not args.rctp_data else len(Path(args.rctp_data).read_text().splitlines())
         args.total_timesteps = args.rctp_epochs * math.ceil(examples / args.rctp_batch_size)  # upper bound; see rctp_dataset
     run = Run(args, agent_file=__file__)
     run_rctp(run.args, run) if run.args.stage == "rctp" else run_rc_grpo(run.args, run)

@@ -161,8 +161,12 @@ class SoftActorCritic(nn.Module):
 
 
 def soft_q_target(
-    rewards: torch.Tensor, terminated: torch.Tensor, next_q: torch.Tensor, next_log_prob: torch.Tensor,
-    alpha: torch.Tensor, gamma: float,
+    rewards: torch.Tensor,
+    terminated: torch.Tensor,
+    next_q: torch.Tensor,
+    next_log_prob: torch.Tensor,
+    alpha: torch.Tensor,
+    gamma: float,
 ) -> torch.Tensor:
     """``r + gamma * (1 - terminated) * (min_k Q'_k(s', a') - alpha * log pi(a'|s'))``, shape ``(B,)``.
 
@@ -233,23 +237,32 @@ class Learner:
         with torch.no_grad():
             torch._foreach_lerp_(list(agent.critic_target.parameters()), list(agent.critic.parameters()), args.tau)
         return {
-            "losses/qf_loss": qf_loss.detach(), "losses/qf_values": q.detach().mean(),
-            "losses/actor_loss": actor_loss.detach(), "losses/alpha": alpha, "losses/alpha_loss": alpha_loss.detach(),
+            "losses/qf_loss": qf_loss.detach(),
+            "losses/qf_values": q.detach().mean(),
+            "losses/actor_loss": actor_loss.detach(),
+            "losses/alpha": alpha,
+            "losses/alpha_loss": alpha_loss.detach(),
         }
 
     def layer_stats(self) -> dict[str, float]:
         return {
-            **{k.replace("nap/norm/", "nap/norm/actor.").replace("nap/eff_lr/", "nap/eff_lr/actor."): v
-               for k, v in self.actor_nap.layer_stats(self.actor_opt.param_groups[0]["lr"]).items()},
-            **{k.replace("nap/norm/", "nap/norm/critic.").replace("nap/eff_lr/", "nap/eff_lr/critic."): v
-               for k, v in self.critic_nap.layer_stats(self.critic_opt.param_groups[0]["lr"]).items()},
+            **{
+                k.replace("nap/norm/", "nap/norm/actor.").replace("nap/eff_lr/", "nap/eff_lr/actor."): v
+                for k, v in self.actor_nap.layer_stats(self.actor_opt.param_groups[0]["lr"]).items()
+            },
+            **{
+                k.replace("nap/norm/", "nap/norm/critic.").replace("nap/eff_lr/", "nap/eff_lr/critic."): v
+                for k, v in self.critic_nap.layer_stats(self.critic_opt.param_groups[0]["lr"]).items()
+            },
         }
 
     def state_dict(self) -> dict:
         return {
-            "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
             "alpha_opt": self.alpha_opt.state_dict(),
-            "actor_nap": self.actor_nap.state_dict(), "critic_nap": self.critic_nap.state_dict(),
+            "actor_nap": self.actor_nap.state_dict(),
+            "critic_nap": self.critic_nap.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -263,8 +276,11 @@ class Learner:
 def load_policy(checkpoint: dict, vec_env: envs.TorchVectorEnv) -> SoftActorCritic:
     args = args_from_dict(Args, checkpoint["args"])
     agent = SoftActorCritic(
-        vec_env.single_observation_space.shape[0], vec_env.single_action_space.shape[0],
-        vec_env.action_low.cpu(), vec_env.action_high.cpu(), args,
+        vec_env.single_observation_space.shape[0],
+        vec_env.single_action_space.shape[0],
+        vec_env.action_low.cpu(),
+        vec_env.action_high.cpu(),
+        args,
     )
     agent.load_state_dict(checkpoint["agent"])
     return agent
@@ -300,7 +316,8 @@ if __name__ == "__main__":
         # ---- act and store -----------------------------------------------------------------------
         if global_step < args.learning_starts:
             action = vec_env.action_low + (vec_env.action_high - vec_env.action_low) * torch.rand(
-                (args.num_envs, act_dim), device=device)
+                (args.num_envs, act_dim), device=device
+            )
         else:
             action = agent.explore(obs)
         next_obs, reward, terminated, truncated, info = vec_env.step(action)
@@ -314,10 +331,13 @@ if __name__ == "__main__":
         if done.any():
             returns = info["episode_return"][done]
             recent_returns = (recent_returns + returns.tolist())[-20:]
-            run.log(global_step, {
-                "charts/episodic_return": returns.mean().item(),
-                "charts/episodic_length": info["episode_length"][done].float().mean().item(),
-            })
+            run.log(
+                global_step,
+                {
+                    "charts/episodic_return": returns.mean().item(),
+                    "charts/episodic_length": info["episode_length"][done].float().mean().item(),
+                },
+            )
 
         # ---- learn -------------------------------------------------------------------------------
         if global_step >= updates_from and len(rb) >= args.batch_size:

@@ -214,14 +214,20 @@ class Learner:
         with torch.no_grad():
             torch._foreach_lerp_(list(agent.critic_target.parameters()), list(agent.critic.parameters()), args.tau)
         return {
-            "losses/qf_loss": qf_loss.detach(), "losses/qf_values": q.detach().mean(),
-            "losses/actor_loss": actor_loss.detach(), "losses/alpha": alpha, "losses/alpha_loss": alpha_loss.detach(),
+            "losses/qf_loss": qf_loss.detach(),
+            "losses/qf_values": q.detach().mean(),
+            "losses/actor_loss": actor_loss.detach(),
+            "losses/alpha": alpha,
+            "losses/alpha_loss": alpha_loss.detach(),
             "losses/entropy": -log_prob.detach().mean(),
         }
 
     def state_dict(self) -> dict:
-        return {"actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
-                "alpha_opt": self.alpha_opt.state_dict()}
+        return {
+            "actor_opt": self.actor_opt.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
+            "alpha_opt": self.alpha_opt.state_dict(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.actor_opt.load_state_dict(state["actor_opt"])
@@ -232,8 +238,11 @@ class Learner:
 def load_policy(checkpoint: dict, vec_env: envs.TorchVectorEnv) -> SimbaSAC:
     args = args_from_dict(Args, checkpoint["args"])
     agent = SimbaSAC(
-        vec_env.single_observation_space.shape[0], vec_env.single_action_space.shape[0],
-        vec_env.action_low.cpu(), vec_env.action_high.cpu(), args,
+        vec_env.single_observation_space.shape[0],
+        vec_env.single_action_space.shape[0],
+        vec_env.action_low.cpu(),
+        vec_env.action_high.cpu(),
+        args,
     )
     agent.load_state_dict(checkpoint["agent"])
     return agent
@@ -271,7 +280,8 @@ if __name__ == "__main__":
         # ---- act and store -----------------------------------------------------------------------
         if global_step < args.learning_starts:
             action = vec_env.action_low + (vec_env.action_high - vec_env.action_low) * torch.rand(
-                (args.num_envs, act_dim), device=device)
+                (args.num_envs, act_dim), device=device
+            )
         else:
             action = agent.explore(obs)
         next_obs, reward, terminated, truncated, info = vec_env.step(action)
@@ -284,18 +294,23 @@ if __name__ == "__main__":
         if done.any():
             returns = info["episode_return"][done]
             recent_returns = (recent_returns + returns.tolist())[-20:]
-            run.log(global_step, {
-                "charts/episodic_return": returns.mean().item(),
-                "charts/episodic_length": info["episode_length"][done].float().mean().item(),
-            })
+            run.log(
+                global_step,
+                {
+                    "charts/episodic_return": returns.mean().item(),
+                    "charts/episodic_length": info["episode_length"][done].float().mean().item(),
+                },
+            )
 
         # ---- learn -------------------------------------------------------------------------------
         if global_step >= updates_from and len(rb) >= args.batch_size:
             if not cdq_decided:  # auto: episodic iff the warm-up saw a termination
                 agent.clipped_double_q.fill_(int(rb.terminated[: len(rb)].any().item()))
                 cdq_decided = True
-                print(f"clipped double-Q {'on' if agent.clipped_double_q.item() else 'off'} "
-                      f"({'terminations' if agent.clipped_double_q.item() else 'no termination'} in the warm-up data)")
+                print(
+                    f"clipped double-Q {'on' if agent.clipped_double_q.item() else 'off'} "
+                    f"({'terminations' if agent.clipped_double_q.item() else 'no termination'} in the warm-up data)"
+                )
             for _ in range(updates_per_vector_step):
                 losses = learner.update(rb.sample(args.batch_size))
 

@@ -230,7 +230,8 @@ class Learner:
         self.agent, self.args = agent, args
         params = list(agent.actor.parameters()) + list(agent.critic.parameters())
         self.optimizer = torch.optim.AdamW(
-            params, lr=args.learning_rate, betas=tuple(args.betas), weight_decay=args.weight_decay, fused=True)
+            params, lr=args.learning_rate, betas=tuple(args.betas), weight_decay=args.weight_decay, fused=True
+        )
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         agent, args = self.agent, self.args
@@ -258,18 +259,25 @@ class Learner:
         with torch.no_grad():
             torch._foreach_lerp_(list(agent.critic_target.parameters()), list(agent.critic.parameters()), args.tau)
         return {
-            "losses/loss": loss.detach(), "losses/actor_loss": actor_loss.detach(),
-            "losses/critic_loss": critic_loss.detach(), "losses/swaddling": swaddle.detach(),
-            "losses/qf_values": q.detach().mean(), "losses/q_bar": agent.q_bar.clone(),
-            "losses/action_scale": scale.detach().mean(), "losses/beta": beta.detach().mean(),
+            "losses/loss": loss.detach(),
+            "losses/actor_loss": actor_loss.detach(),
+            "losses/critic_loss": critic_loss.detach(),
+            "losses/swaddling": swaddle.detach(),
+            "losses/qf_values": q.detach().mean(),
+            "losses/q_bar": agent.q_bar.clone(),
+            "losses/action_scale": scale.detach().mean(),
+            "losses/beta": beta.detach().mean(),
         }
 
 
 def load_policy(checkpoint: dict, vec_env: envs.TorchVectorEnv) -> Symphony:
     args = args_from_dict(Args, checkpoint["args"])
     agent = Symphony(
-        vec_env.single_observation_space.shape[0], vec_env.single_action_space.shape[0],
-        vec_env.action_low.cpu(), vec_env.action_high.cpu(), args,
+        vec_env.single_observation_space.shape[0],
+        vec_env.single_action_space.shape[0],
+        vec_env.action_low.cpu(),
+        vec_env.action_high.cpu(),
+        args,
     )
     agent.load_state_dict(checkpoint["agent"])
     return agent
@@ -308,7 +316,8 @@ if __name__ == "__main__":
         # ---- act and store -----------------------------------------------------------------------
         if global_step < args.warmup_steps:  # exploration warm-up: uniformly random actions
             action = vec_env.action_low + (vec_env.action_high - vec_env.action_low) * torch.rand(
-                (args.num_envs, act_dim), device=device)
+                (args.num_envs, act_dim), device=device
+            )
         else:
             action = agent.explore(obs)
         next_obs, reward, terminated, truncated, info = vec_env.step(action)
@@ -320,10 +329,13 @@ if __name__ == "__main__":
         if done.any():
             returns = info["episode_return"][done]
             recent_returns = (recent_returns + returns.tolist())[-20:]
-            run.log(global_step, {
-                "charts/episodic_return": returns.mean().item(),
-                "charts/episodic_length": info["episode_length"][done].float().mean().item(),
-            })
+            run.log(
+                global_step,
+                {
+                    "charts/episodic_return": returns.mean().item(),
+                    "charts/episodic_length": info["episode_length"][done].float().mean().item(),
+                },
+            )
 
         # ---- end of the warm-up: fix the reward scale, replicate the data to fill the buffer ------
         if replicate_at is not None and global_step >= replicate_at:
@@ -331,8 +343,9 @@ if __name__ == "__main__":
                 agent.reward_scale.fill_(1.0 / rb.rewards[: len(rb)].abs().mean().clamp_min(1e-8).item())
             rb.fill_by_repeating()
             replicate_at = None
-            print(f"warm-up done at step {global_step}: buffer filled to {len(rb)}, "
-                  f"reward scale {agent.reward_scale.item():.4g}")
+            print(
+                f"warm-up done at step {global_step}: buffer filled to {len(rb)}, reward scale {agent.reward_scale.item():.4g}"
+            )
 
         # ---- learn -------------------------------------------------------------------------------
         if replicate_at is None:

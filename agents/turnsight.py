@@ -33,13 +33,20 @@ from dataclasses import dataclass
 
 import torch
 import tyro
+from grpo import test_metrics, train_metrics
 
 from cleanrl_style import Run
 from cleanrl_style.llm_losses import batched_logprobs, group_advantages, ppo_update
-from cleanrl_style.llm_rollout import (LLMRunArgs, Rollout, chat_template_text, collect_group_rollouts, encode, make_task_set,
-                                       task_ids_of)
+from cleanrl_style.llm_rollout import (
+    LLMRunArgs,
+    Rollout,
+    chat_template_text,
+    collect_group_rollouts,
+    encode,
+    make_task_set,
+    task_ids_of,
+)
 from cleanrl_style.llm_train import build_policy, export_model, reference_logprobs, sample_groups, save_policy_checkpoint
-from grpo import test_metrics, train_metrics
 
 
 @dataclass
@@ -122,9 +129,13 @@ def hindsight_message(rollout: Rollout, k: int, d: int, args: Args) -> dict[str,
     return {"role": "user", "content": "\n".join(lines)}
 
 
-def turn_scores(policy, reference, tokenizer, rollouts: list[Rollout], student: list[torch.Tensor], args: Args) -> list[torch.Tensor]:
+def turn_scores(
+    policy, reference, tokenizer, rollouts: list[Rollout], student: list[torch.Tensor], args: Args
+) -> list[torch.Tensor]:
     """Per rollout, a (turns, horizons) tensor: the mean over each turn's policy tokens of
-    ``log pi_ref(y | context + hindsight_d) - log pi_theta(y | context)``. Identical blocks (d past the last turn) are scored once."""
+    ``log pi_ref(y | context + hindsight_d) - log pi_theta(y | context)``.
+
+    Identical blocks (d past the last turn) are scored once."""
     jobs: dict[tuple[int, int, int], int] = {}
     sequences, masks = [], []
     for i, r in enumerate(rollouts):
@@ -133,29 +144,37 @@ def turn_scores(policy, reference, tokenizer, rollouts: list[Rollout], student: 
                 key = (i, k, min(k + d, len(r.turns)))
                 if key in jobs or turn.end <= turn.start:
                     continue
-                prefix = encode(tokenizer, chat_template_text(tokenizer, turn.context_messages + [hindsight_message(r, k, d, args)], True))
-                y = r.tokens[turn.start:turn.end]
+                prefix = encode(
+                    tokenizer, chat_template_text(tokenizer, turn.context_messages + [hindsight_message(r, k, d, args)], True)
+                )
+                y = r.tokens[turn.start : turn.end]
                 jobs[key] = len(sequences)
                 sequences.append(prefix + y)
                 masks.append([False] * len(prefix) + [True] * len(y))
-    teacher = reference_logprobs(policy, reference, sequences, masks, tokenizer.pad_token_id, args.micro_batch_size,
-                                 args.temperature) if sequences else []
+    teacher = (
+        reference_logprobs(
+            policy, reference, sequences, masks, tokenizer.pad_token_id, args.micro_batch_size, args.temperature
+        )
+        if sequences
+        else []
+    )
     out = []
     for i, r in enumerate(rollouts):
         scores = torch.zeros(len(r.turns), len(args.horizons))
         for k, turn in enumerate(r.turns):
             if turn.end <= turn.start:
                 continue
-            student_y = student[i][turn.start:turn.end]
+            student_y = student[i][turn.start : turn.end]
             for h, d in enumerate(args.horizons):
-                teacher_y = teacher[jobs[(i, k, min(k + d, len(r.turns)))]][-(turn.end - turn.start):]
+                teacher_y = teacher[jobs[(i, k, min(k + d, len(r.turns)))]][-(turn.end - turn.start) :]
                 scores[k, h] = (teacher_y - student_y).mean()
         out.append(scores)
     return out
 
 
-def turnsight_advantages(policy, reference, tokenizer, rollouts: list[Rollout], advantages: torch.Tensor, num_groups: int,
-                         args: Args) -> tuple[list[torch.Tensor], dict[str, float]]:
+def turnsight_advantages(
+    policy, reference, tokenizer, rollouts: list[Rollout], advantages: torch.Tensor, num_groups: int, args: Args
+) -> tuple[list[torch.Tensor], dict[str, float]]:
     """Token advantages (one (len_i,) tensor per rollout): each turn's tokens get ``A'`` of that turn."""
     token_adv = [torch.full((len(r.tokens),), float(a)) for r, a in zip(rollouts, advantages)]
     size = len(rollouts) // num_groups
@@ -163,8 +182,14 @@ def turnsight_advantages(policy, reference, tokenizer, rollouts: list[Rollout], 
     weights, agreements, horizons = [], [], []
     if active:
         picked = [rollouts[i] for i in active]
-        student = batched_logprobs(policy, [r.tokens for r in picked], [r.policy_mask for r in picked], tokenizer.pad_token_id,
-                                   args.micro_batch_size, args.temperature)
+        student = batched_logprobs(
+            policy,
+            [r.tokens for r in picked],
+            [r.policy_mask for r in picked],
+            tokenizer.pad_token_id,
+            args.micro_batch_size,
+            args.temperature,
+        )
         scores = dict(zip(active, turn_scores(policy, reference, tokenizer, picked, student, args)))
         for g in range(num_groups):
             members = [i for i in range(g * size, (g + 1) * size) if i in scores and len(rollouts[i].turns) > 0]
@@ -175,13 +200,13 @@ def turnsight_advantages(policy, reference, tokenizer, rollouts: list[Rollout], 
             offset = 0
             for i in members:
                 K = len(rollouts[i].turns)
-                z = z_all[offset:offset + K]
+                z = z_all[offset : offset + K]
                 offset += K
                 a = advantages[i]
                 w = modulation_weights(torch.sign(a).expand(K), z, args.eps_w)
                 modulated = modulate(a.expand(K), w, args.lam)
                 for k, turn in enumerate(rollouts[i].turns):
-                    token_adv[i][turn.start:turn.end] = modulated[k]
+                    token_adv[i][turn.start : turn.end] = modulated[k]
                 weights.append(w)
                 agreements.append(chosen[i][2].float())
                 horizons.append(chosen[i][1][chosen[i][1] >= 0].float())
@@ -189,10 +214,14 @@ def turnsight_advantages(policy, reference, tokenizer, rollouts: list[Rollout], 
     if weights:
         w = torch.cat(weights)
         chosen_h = torch.cat(horizons)
-        stats = {"turnsight/weight_mean": float(w.mean()), "turnsight/weight_std": float(w.std(unbiased=False)),
-                 "turnsight/weight_min": float(w.min()), "turnsight/weight_max": float(w.max()),
-                 "turnsight/agreement_fraction": float(torch.cat(agreements).mean()),
-                 "turnsight/modulated_turns": float(w.numel())}
+        stats = {
+            "turnsight/weight_mean": float(w.mean()),
+            "turnsight/weight_std": float(w.std(unbiased=False)),
+            "turnsight/weight_min": float(w.min()),
+            "turnsight/weight_max": float(w.max()),
+            "turnsight/agreement_fraction": float(torch.cat(agreements).mean()),
+            "turnsight/modulated_turns": float(w.numel()),
+        }
         if chosen_h.numel():
             stats["turnsight/horizon_mean"] = float(torch.tensor(args.horizons, dtype=torch.float)[chosen_h.long()].mean())
     return token_adv, stats
@@ -216,11 +245,26 @@ if __name__ == "__main__":
         token_advantages, ts_stats = turnsight_advantages(policy, reference, tokenizer, rollouts, advantages, len(tasks), args)
 
         sequences, masks = [r.tokens for r in rollouts], [r.policy_mask for r in rollouts]
-        ref = (reference_logprobs(policy, reference, sequences, masks, pad_id, args.micro_batch_size, args.temperature)
-               if args.kl_coef > 0 else None)
-        update = ppo_update(policy, optimizer, sequences, masks, token_advantages, pad_id, clip_coef=args.clip_coef,
-                            kl_coef=args.kl_coef, ref_logps=ref, micro_batch_size=args.micro_batch_size,
-                            temperature=args.temperature, max_grad_norm=args.max_grad_norm, loss_aggregation=args.loss_aggregation)
+        ref = (
+            reference_logprobs(policy, reference, sequences, masks, pad_id, args.micro_batch_size, args.temperature)
+            if args.kl_coef > 0
+            else None
+        )
+        update = ppo_update(
+            policy,
+            optimizer,
+            sequences,
+            masks,
+            token_advantages,
+            pad_id,
+            clip_coef=args.clip_coef,
+            kl_coef=args.kl_coef,
+            ref_logps=ref,
+            micro_batch_size=args.micro_batch_size,
+            temperature=args.temperature,
+            max_grad_norm=args.max_grad_norm,
+            loss_aggregation=args.loss_aggregation,
+        )
 
         metrics = train_metrics(rollouts, rewards, timing, update) | ts_stats | {"charts/learning_rate": args.learning_rate}
         if args.eval_every and iteration % args.eval_every == 0 and iteration < args.total_timesteps:

@@ -95,9 +95,7 @@ def main() -> None:
 
     env_id = envs.resolve_env_id(args.env)
     device = torch.device(args.device)
-    backends = args.backends or [
-        name for name, b in envs.BACKENDS.items() if b.installed() and b.supports(env_id, device)
-    ]
+    backends = args.backends or [name for name, b in envs.BACKENDS.items() if b.installed() and b.supports(env_id, device)]
     rows = []
     for n in args.num_envs:
         row = {"num_envs": n}

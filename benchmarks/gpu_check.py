@@ -88,10 +88,27 @@ def ppo_sps(num_envs: int, iterations: int, num_steps: int, timeout: float) -> f
     run_dir = ROOT / "runs" / "gpu_check_ppo_nap"
     shutil.rmtree(run_dir, ignore_errors=True)
     cmd = [
-        sys.executable, str(ROOT / "agents" / "ppo_nap.py"), "--env", "Humanoid", "--backend", "warp",
-        "--device", "cuda", "--num-envs", str(num_envs), "--num-steps", str(num_steps),
-        "--total-timesteps", str(num_envs * num_steps * iterations), "--eval-episodes", "0",
-        "--no-progress-bar", "--checkpoint-every", str(10**12), "--run-dir", str(run_dir),
+        sys.executable,
+        str(ROOT / "agents" / "ppo_nap.py"),
+        "--env",
+        "Humanoid",
+        "--backend",
+        "warp",
+        "--device",
+        "cuda",
+        "--num-envs",
+        str(num_envs),
+        "--num-steps",
+        str(num_steps),
+        "--total-timesteps",
+        str(num_envs * num_steps * iterations),
+        "--eval-episodes",
+        "0",
+        "--no-progress-bar",
+        "--checkpoint-every",
+        str(10**12),
+        "--run-dir",
+        str(run_dir),
     ]
     print("  $", " ".join(cmd[1:]), flush=True)
     result = subprocess.run(cmd, cwd=ROOT, timeout=timeout, capture_output=True, text=True)

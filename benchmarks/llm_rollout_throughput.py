@@ -42,15 +42,29 @@ def main() -> None:
     for r in range(args.rounds):
         for name, batch in (("batched", 0), ("one at a time", 1)):
             torch.manual_seed(r)
-            _, timing = collect_rollouts(model, tokenizer, tasks, ids, max_new_tokens=args.max_new_tokens,
-                                         max_assistant_messages=args.max_assistant_messages, generation_batch_size=batch, seed=r)
+            _, timing = collect_rollouts(
+                model,
+                tokenizer,
+                tasks,
+                ids,
+                max_new_tokens=args.max_new_tokens,
+                max_assistant_messages=args.max_assistant_messages,
+                generation_batch_size=batch,
+                seed=r,
+            )
             rates[name].append(timing["tokens_per_second"])
-            print(f"round {r}: {name:>13}: {timing['generated_tokens']:.0f} tokens in {timing['generation_seconds']:.1f} s "
-                  f"= {timing['tokens_per_second']:.1f} tokens/s")
+            print(
+                f"round {r}: {name:>13}: {timing['generated_tokens']:.0f} tokens in {timing['generation_seconds']:.1f} s "
+                f"= {timing['tokens_per_second']:.1f} tokens/s"
+            )
     batched, alone = statistics.median(rates["batched"]), statistics.median(rates["one at a time"])
-    print(f"\n{len(ids)} rollouts ({args.groups} groups x {args.group_size}), {args.max_assistant_messages} assistant messages "
-          f"of <= {args.max_new_tokens} tokens, device {args.device}")
-    print(f"batched collector: {batched:.1f} tokens/s; one rollout at a time: {alone:.1f} tokens/s; ratio {batched / alone:.2f}x")
+    print(
+        f"\n{len(ids)} rollouts ({args.groups} groups x {args.group_size}), {args.max_assistant_messages} assistant messages "
+        f"of <= {args.max_new_tokens} tokens, device {args.device}"
+    )
+    print(
+        f"batched collector: {batched:.1f} tokens/s; one rollout at a time: {alone:.1f} tokens/s; ratio {batched / alone:.2f}x"
+    )
 
 
 if __name__ == "__main__":

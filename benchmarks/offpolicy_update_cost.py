@@ -45,8 +45,14 @@ class BenchArgs:
 def learners(args: BenchArgs):
     low, high = -torch.ones(args.act_dim), torch.ones(args.act_dim)
     n = 5_000
-    data = (torch.randn(n, args.obs_dim), torch.rand(n, args.act_dim) * 2 - 1, torch.randn(n),
-            torch.randn(n, args.obs_dim), torch.rand(n) < 0.01, torch.zeros(n, dtype=torch.bool))
+    data = (
+        torch.randn(n, args.obs_dim),
+        torch.rand(n, args.act_dim) * 2 - 1,
+        torch.randn(n),
+        torch.randn(n, args.obs_dim),
+        torch.rand(n) < 0.01,
+        torch.zeros(n, dtype=torch.bool),
+    )
     models = {
         "sac_nap (256x256, NaP off)": ("sac_nap", "SoftActorCritic", dict(nap=False, layer_norm=False, anneal_lr=False)),
         "sac_simba (defaults)": ("sac_simba", "SimbaSAC", {}),
@@ -60,8 +66,10 @@ def learners(args: BenchArgs):
         learner = module.Learner(agent, agent_args)
         rb = ReplayBuffer(2 * n, (args.obs_dim,), (args.act_dim,), device=args.device)
         rb.add(*(x.to(args.device) for x in data))
-        out[name] = (lambda learner=learner, rb=rb, bs=agent_args.batch_size: learner.update(rb.sample(bs)),
-                     agent_args.updates_per_step)
+        out[name] = (
+            lambda learner=learner, rb=rb, bs=agent_args.batch_size: learner.update(rb.sample(bs)),
+            agent_args.updates_per_step,
+        )
     return out
 
 
@@ -70,7 +78,7 @@ def main(args: BenchArgs) -> None:
         torch.set_num_threads(args.threads)
     fns = learners(args)
     seconds: dict[str, list[float]] = {name: [] for name in fns}
-    for name, (update, _) in fns.items():
+    for update, _ in fns.values():
         update()  # warm-up
     for _ in range(args.rounds):
         for name, (update, _) in fns.items():
@@ -84,8 +92,10 @@ def main(args: BenchArgs) -> None:
     print(f"obs {args.obs_dim}, act {args.act_dim}, device {args.device}, torch threads {torch.get_num_threads()}")
     for name, (_, per_step) in fns.items():
         s = statistics.median(seconds[name])
-        print(f"  {name:28s} {s:8.3f} s/update   {per_step:g} updates/env step   "
-              f"100k env steps of updates: {s * per_step * 100_000 / 3600:6.1f} h")
+        print(
+            f"  {name:28s} {s:8.3f} s/update   {per_step:g} updates/env step   "
+            f"100k env steps of updates: {s * per_step * 100_000 / 3600:6.1f} h"
+        )
 
 
 if __name__ == "__main__":

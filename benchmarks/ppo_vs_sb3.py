@@ -61,9 +61,21 @@ def ours_sps(args: Args) -> tuple[float, float, float]:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         cmd = [
-            sys.executable, str(REPO_ROOT / "agents" / "ppo_nap.py"), "--env", args.env,
-            "--total-timesteps", str(args.total_timesteps), "--backend", args.backend,
-            "--eval-episodes", "0", "--no-progress-bar", "--run-dir", str(run_dir), "--compile", args.compile,
+            sys.executable,
+            str(REPO_ROOT / "agents" / "ppo_nap.py"),
+            "--env",
+            args.env,
+            "--total-timesteps",
+            str(args.total_timesteps),
+            "--backend",
+            args.backend,
+            "--eval-episodes",
+            "0",
+            "--no-progress-bar",
+            "--run-dir",
+            str(run_dir),
+            "--compile",
+            args.compile,
         ]
         start = time.perf_counter()
         subprocess.run(cmd, check=True, cwd=tmp)
@@ -100,9 +112,21 @@ def sb3_sps(args: Args) -> tuple[float, float]:
     start = time.perf_counter()
     vec = VecNormalize(make_vec_env(envs.resolve_env_id(args.env), n_envs=8, seed=1), gamma=0.99)
     model = PPO(
-        "MlpPolicy", vec, n_steps=256, batch_size=64, n_epochs=10, learning_rate=3e-4, gamma=0.99,
-        gae_lambda=0.95, clip_range=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5,
-        policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=torch.nn.Tanh), seed=1, device="cpu",
+        "MlpPolicy",
+        vec,
+        n_steps=256,
+        batch_size=64,
+        n_epochs=10,
+        learning_rate=3e-4,
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip_range=0.2,
+        ent_coef=0.0,
+        vf_coef=0.5,
+        max_grad_norm=0.5,
+        policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=torch.nn.Tanh),
+        seed=1,
+        device="cpu",
     )
     clock = RolloutClock()
     model.learn(total_timesteps=args.total_timesteps, callback=clock)
@@ -120,14 +144,22 @@ if __name__ == "__main__":
     window_ratios, steady_ratios = [], []
     for repeat in range(args.repeats):
         ours, ours_steady, ours_process = ours_sps(args)
-        print(f"[{repeat + 1}] {name:26s} {args.env}: window {ours:6.0f} SPS   steady {ours_steady:6.0f} SPS   "
-              f"({ours_process:.0f} SPS counting interpreter start and imports)", flush=True)
+        print(
+            f"[{repeat + 1}] {name:26s} {args.env}: window {ours:6.0f} SPS   steady {ours_steady:6.0f} SPS   "
+            f"({ours_process:.0f} SPS counting interpreter start and imports)",
+            flush=True,
+        )
         theirs, theirs_steady = sb3_sps(args)
-        print(f"[{repeat + 1}] {'SB3 PPO':26s} {args.env}: window {theirs:6.0f} SPS   steady {theirs_steady:6.0f} SPS", flush=True)
+        print(
+            f"[{repeat + 1}] {'SB3 PPO':26s} {args.env}: window {theirs:6.0f} SPS   steady {theirs_steady:6.0f} SPS",
+            flush=True,
+        )
         window_ratios.append(ours / theirs)
         steady_ratios.append(ours_steady / theirs_steady)
         print(f"[{repeat + 1}] ratio ours/SB3: window {window_ratios[-1]:.2f}x   steady {steady_ratios[-1]:.2f}x", flush=True)
     fmt = lambda ratios: ", ".join(f"{r:.2f}" for r in ratios)  # noqa: E731
-    print(f"ratio ours/SB3 over {args.repeats} pair(s), {args.total_timesteps} steps each: "
-          f"window median {statistics.median(window_ratios):.2f}x ({fmt(window_ratios)}), "
-          f"steady median {statistics.median(steady_ratios):.2f}x ({fmt(steady_ratios)})")
+    print(
+        f"ratio ours/SB3 over {args.repeats} pair(s), {args.total_timesteps} steps each: "
+        f"window median {statistics.median(window_ratios):.2f}x ({fmt(window_ratios)}), "
+        f"steady median {statistics.median(steady_ratios):.2f}x ({fmt(steady_ratios)})"
+    )

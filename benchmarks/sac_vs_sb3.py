@@ -51,8 +51,14 @@ class BenchArgs:
 
 def make_ours(obs_dim, act_dim, low, high, args: BenchArgs):
     sac = import_agent(str(REPO / "agents" / "sac_nap.py"))
-    agent_args = sac.Args(hidden_sizes=(args.hidden, args.hidden), batch_size=args.batch_size, nap=False,
-                          layer_norm=args.layer_norm, anneal_lr=False, device=args.device)
+    agent_args = sac.Args(
+        hidden_sizes=(args.hidden, args.hidden),
+        batch_size=args.batch_size,
+        nap=False,
+        layer_norm=args.layer_norm,
+        anneal_lr=False,
+        device=args.device,
+    )
     agent = sac.SoftActorCritic(obs_dim, act_dim, torch.as_tensor(low), torch.as_tensor(high), agent_args).to(args.device)
     learner = sac.Learner(agent, agent_args)
     rb = ReplayBuffer(100_000, (obs_dim,), (act_dim,), device=args.device)
@@ -70,8 +76,16 @@ def make_sb3(env, args: BenchArgs):
     from stable_baselines3 import SAC
     from stable_baselines3.common.logger import configure
 
-    model = SAC("MlpPolicy", env, policy_kwargs=dict(net_arch=[args.hidden, args.hidden]), batch_size=args.batch_size,
-                learning_starts=0, buffer_size=100_000, device=args.device, verbose=0)
+    model = SAC(
+        "MlpPolicy",
+        env,
+        policy_kwargs=dict(net_arch=[args.hidden, args.hidden]),
+        batch_size=args.batch_size,
+        learning_starts=0,
+        buffer_size=100_000,
+        device=args.device,
+        verbose=0,
+    )
     model.set_logger(configure(None, []))
 
     def train(n: int) -> None:
@@ -101,12 +115,19 @@ def main(args: BenchArgs) -> float:
     dones = rng.random(n) < 0.01
 
     rb, ours = make_ours(obs_dim, act_dim, low, high, args)
-    rb.add(torch.from_numpy(obs), torch.from_numpy(actions), torch.from_numpy(rewards), torch.from_numpy(next_obs),
-           torch.from_numpy(dones), torch.zeros(n, dtype=torch.bool))
+    rb.add(
+        torch.from_numpy(obs),
+        torch.from_numpy(actions),
+        torch.from_numpy(rewards),
+        torch.from_numpy(next_obs),
+        torch.from_numpy(dones),
+        torch.zeros(n, dtype=torch.bool),
+    )
     model, sb3 = make_sb3(env, args)
     for i in range(n):
-        model.replay_buffer.add(obs[i : i + 1], next_obs[i : i + 1], actions[i : i + 1], rewards[i : i + 1],
-                                dones[i : i + 1], [{}])
+        model.replay_buffer.add(
+            obs[i : i + 1], next_obs[i : i + 1], actions[i : i + 1], rewards[i : i + 1], dones[i : i + 1], [{}]
+        )
 
     ours(20)  # warm-up (allocator, first-call overheads)
     sb3(20)
@@ -118,8 +139,10 @@ def main(args: BenchArgs) -> float:
             rates[name].append(args.updates / (time.perf_counter() - start))
     ours_rate, sb3_rate = statistics.median(rates["sac_nap"]), statistics.median(rates["sb3"])
     ratio = ours_rate / sb3_rate
-    print(f"{args.env} shapes, {args.hidden}x{args.hidden}, batch {args.batch_size}, device {args.device}, "
-          f"torch threads {torch.get_num_threads()}, layer_norm={args.layer_norm}")
+    print(
+        f"{args.env} shapes, {args.hidden}x{args.hidden}, batch {args.batch_size}, device {args.device}, "
+        f"torch threads {torch.get_num_threads()}, layer_norm={args.layer_norm}"
+    )
     print(f"  sac_nap (NaP off): {ours_rate:8.1f} updates/s   rounds {[round(x, 1) for x in rates['sac_nap']]}")
     print(f"  SB3 SAC:           {sb3_rate:8.1f} updates/s   rounds {[round(x, 1) for x in rates['sb3']]}")
     print(f"  ratio: {ratio:.2f}x")

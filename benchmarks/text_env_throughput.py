@@ -47,7 +47,10 @@ def main() -> None:
     elapsed = time.perf_counter() - start
 
     print(f"tasks generated: {len(tasks)} in {generation_seconds:.2f} s")
-    print(f"num_envs={args.num_envs}  steps={steps}  episodes={episodes}  mean episode reward={reward_sum / max(episodes, 1):.3f}")
+    print(
+        f"num_envs={args.num_envs}  steps={steps}  episodes={episodes}  "
+        f"mean episode reward={reward_sum / max(episodes, 1):.3f}"
+    )
     print(f"env steps per second: {steps / elapsed:,.0f}  (episodes per second: {episodes / elapsed:,.1f}, one process)")
 
 

@@ -9,7 +9,7 @@ cannot compile warns once, with the reason, and goes on eagerly instead of dying
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -35,7 +35,8 @@ def compile_or_eager(fn: Callable, enabled: bool, off_flag: str = "--compile off
             warnings.warn(
                 f"torch.compile of {getattr(fn, '__name__', 'the function')} failed ({type(err).__name__}: "
                 f"{reason[:200]}); running it eagerly (same results, slower). Pass {off_flag} to skip the attempt.",
-                RuntimeWarning, stacklevel=2,
+                RuntimeWarning,
+                stacklevel=2,
             )
             chosen.append(fn)
             return fn(*args, **kwargs)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -59,8 +59,9 @@ class BatchedLayerNorm(nn.Module):
 
 def _batched_network(member: nn.Module, stacked: dict[str, torch.Tensor]) -> nn.Module | None:
     """A copy of ``member`` running all members at once on ``(E, B, ...)``, or None if not possible."""
-    if isinstance(member, (nn.Linear, nn.LayerNorm)) or any(len(norm.normalized_shape) != 1
-                                                           for norm in member.modules() if isinstance(norm, nn.LayerNorm)):
+    if isinstance(member, (nn.Linear, nn.LayerNorm)) or any(
+        len(norm.normalized_shape) != 1 for norm in member.modules() if isinstance(norm, nn.LayerNorm)
+    ):
         return None
     net = copy.deepcopy(member)
     for name, module in list(net.named_modules()):
@@ -148,7 +149,8 @@ class Ensemble(nn.Module):
                 return self.batched(*(x.expand(self.size, *x.shape) for x in inputs))
             in_dims = (0, 0) + (None,) * len(inputs)
             return vmap(self._member_forward, in_dims=in_dims, randomness="different")(
-                self.stacked_params(), self.stacked_buffers(), *inputs)
+                self.stacked_params(), self.stacked_buffers(), *inputs
+            )
 
     def members(self) -> nn.ModuleList:
         """The members as ordinary modules whose parameters share memory with the stacked ones.

@@ -12,8 +12,9 @@ token t given tokens < t (position 0 never has one).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -30,8 +31,9 @@ class TokenBatch:
     mask: torch.Tensor
 
 
-def pad_batch(sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[bool]], pad_id: int,
-              device: torch.device | str = "cpu") -> TokenBatch:
+def pad_batch(
+    sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[bool]], pad_id: int, device: torch.device | str = "cpu"
+) -> TokenBatch:
     """Right-pad token id lists and their masks into tensors."""
     width = max(len(s) for s in sequences)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
@@ -45,8 +47,9 @@ def pad_batch(sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[bool]
     return TokenBatch(ids.to(device), attention.to(device), mask.to(device))
 
 
-def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor,
-                   temperature: float = 1.0) -> torch.Tensor:
+def token_logprobs(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
     """log pi(token_t | tokens_<t) at the masked positions, 0 elsewhere; (B, T) float32.
 
     The vocabulary projection is applied only at the masked positions: a full (B, T, vocab) logit
@@ -82,8 +85,14 @@ def group_reward_std(rewards: torch.Tensor) -> float:
     return float(rewards.std(dim=1, unbiased=False).mean()) if rewards.shape[1] > 1 else 0.0
 
 
-def ppo_clip_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip_coef: float,
-                        ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def ppo_clip_token_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_coef: float,
+    ref_logp: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token loss ``-min(ratio * A, clip(ratio, 1-c, 1+c) * A) + kl_coef * KL`` (B, T).
 
     KL to the reference uses the non-negative, unbiased estimator ``exp(d) - d - 1`` with
@@ -99,8 +108,11 @@ def ppo_clip_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: 
         kl = d.exp() - d - 1
         if kl_coef:
             loss = loss + kl_coef * kl
-    return loss, {"clipped": ((ratio - 1).abs() > clip_coef).float().detach(), "kl": kl.detach(),
-                  "approx_kl": ((ratio - 1) - log_ratio).detach()}
+    return loss, {
+        "clipped": ((ratio - 1).abs() > clip_coef).float().detach(),
+        "kl": kl.detach(),
+        "approx_kl": ((ratio - 1) - log_ratio).detach(),
+    }
 
 
 def masked_mean_per_sequence(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -109,24 +121,42 @@ def masked_mean_per_sequence(values: torch.Tensor, mask: torch.Tensor) -> torch.
 
 
 @torch.no_grad()
-def batched_logprobs(model: Any, sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[bool]], pad_id: int,
-                     micro_batch_size: int, temperature: float = 1.0) -> list[torch.Tensor]:
+def batched_logprobs(
+    model: Any,
+    sequences: Sequence[Sequence[int]],
+    masks: Sequence[Sequence[bool]],
+    pad_id: int,
+    micro_batch_size: int,
+    temperature: float = 1.0,
+) -> list[torch.Tensor]:
     """``token_logprobs`` for many sequences, micro-batched, without gradient; one (len_i,) tensor each."""
     device = next(model.parameters()).device
     out: list[torch.Tensor] = []
     for start in range(0, len(sequences), micro_batch_size):
-        seqs, ms = sequences[start:start + micro_batch_size], masks[start:start + micro_batch_size]
+        seqs, ms = sequences[start : start + micro_batch_size], masks[start : start + micro_batch_size]
         batch = pad_batch(seqs, ms, pad_id, device)
         logp = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.mask, temperature).cpu()
         out += [logp[i, : len(s)] for i, s in enumerate(seqs)]
     return out
 
 
-def ppo_update(model: Any, optimizer: torch.optim.Optimizer, sequences: Sequence[Sequence[int]],
-               masks: Sequence[Sequence[bool]], advantages: Sequence[torch.Tensor], pad_id: int, *, clip_coef: float = 0.2,
-               kl_coef: float = 0.0, ref_logps: Sequence[torch.Tensor] | None = None,
-               old_logps: Sequence[torch.Tensor] | None = None, micro_batch_size: int = 4, temperature: float = 1.0,
-               max_grad_norm: float = 1.0, loss_aggregation: str = "sequence") -> dict[str, float]:
+def ppo_update(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    sequences: Sequence[Sequence[int]],
+    masks: Sequence[Sequence[bool]],
+    advantages: Sequence[torch.Tensor],
+    pad_id: int,
+    *,
+    clip_coef: float = 0.2,
+    kl_coef: float = 0.0,
+    ref_logps: Sequence[torch.Tensor] | None = None,
+    old_logps: Sequence[torch.Tensor] | None = None,
+    micro_batch_size: int = 4,
+    temperature: float = 1.0,
+    max_grad_norm: float = 1.0,
+    loss_aggregation: str = "sequence",
+) -> dict[str, float]:
     """One optimizer step of the PPO-clip loss over all sequences (gradients accumulated over micro-batches).
 
     Args:
@@ -153,7 +183,7 @@ def ppo_update(model: Any, optimizer: torch.optim.Optimizer, sequences: Sequence
         batch = pad_batch([sequences[i] for i in idx], [masks[i] for i in idx], pad_id, device)
         width = batch.input_ids.shape[1]
 
-        def padded(tensors: Sequence[torch.Tensor] | None) -> torch.Tensor | None:
+        def padded(tensors: Sequence[torch.Tensor] | None, idx=idx, width=width) -> torch.Tensor | None:
             if tensors is None:
                 return None
             return torch.stack([F.pad(tensors[i].float(), (0, width - len(tensors[i]))) for i in idx]).to(device)
@@ -174,12 +204,24 @@ def ppo_update(model: Any, optimizer: torch.optim.Optimizer, sequences: Sequence
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     model.eval()
-    return {"policy_loss": sums["loss"], "clipfrac": sums["clipfrac"] / total_tokens, "kl": sums["kl"] / total_tokens,
-            "approx_kl": sums["approx_kl"] / total_tokens, "grad_norm": float(grad_norm)}
+    return {
+        "policy_loss": sums["loss"],
+        "clipfrac": sums["clipfrac"] / total_tokens,
+        "kl": sums["kl"] / total_tokens,
+        "approx_kl": sums["approx_kl"] / total_tokens,
+        "grad_norm": float(grad_norm),
+    }
 
 
-def sft_step(model: Any, optimizer: torch.optim.Optimizer, sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[bool]],
-             pad_id: int, micro_batch_size: int = 4, max_grad_norm: float = 1.0) -> dict[str, float]:
+def sft_step(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    sequences: Sequence[Sequence[int]],
+    masks: Sequence[Sequence[bool]],
+    pad_id: int,
+    micro_batch_size: int = 4,
+    max_grad_norm: float = 1.0,
+) -> dict[str, float]:
     """One optimizer step of cross-entropy on the masked tokens (mean over all masked tokens of the batch)."""
     device = next(model.parameters()).device
     model.train()
@@ -187,7 +229,7 @@ def sft_step(model: Any, optimizer: torch.optim.Optimizer, sequences: Sequence[S
     total_tokens = max(sum(sum(m[1:]) for m in masks), 1)
     loss_sum, correct = 0.0, 0.0
     for start in range(0, len(sequences), micro_batch_size):
-        batch = pad_batch(sequences[start:start + micro_batch_size], masks[start:start + micro_batch_size], pad_id, device)
+        batch = pad_batch(sequences[start : start + micro_batch_size], masks[start : start + micro_batch_size], pad_id, device)
         logp = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.mask)
         loss = -(logp * batch.mask).sum() / total_tokens
         loss.backward()

@@ -164,15 +164,27 @@ def add_special_tokens(model: Any, tokenizer: Any, tokens: list[str]) -> list[in
     return tokenizer.convert_tokens_to_ids(tokens)
 
 
-def add_lora(model: Any, rank: int, alpha: float, dropout: float = 0.0, target_modules: str | list[str] = "all-linear",
-             trainable_token_ids: list[int] | None = None) -> Any:
+def add_lora(
+    model: Any,
+    rank: int,
+    alpha: float,
+    dropout: float = 0.0,
+    target_modules: str | list[str] = "all-linear",
+    trainable_token_ids: list[int] | None = None,
+) -> Any:
     """Wrap ``model`` with LoRA adapters (``peft``); only the adapters (and ``trainable_token_ids``'
     embedding rows, e.g. freshly added special tokens) are trained. The frozen base is the reference
     policy for free: ``with model.disable_adapter(): ...``."""
     from peft import LoraConfig, get_peft_model
 
-    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules,
-                        trainable_token_indices=trainable_token_ids or None, task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        target_modules=target_modules,
+        trainable_token_indices=trainable_token_ids or None,
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(model, config)
 
 

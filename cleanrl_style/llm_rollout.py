@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -109,14 +110,15 @@ def _extension(before: str, after: str) -> str:
     if not after.startswith(before):
         raise ValueError(
             "the chat template is not prefix-stable (adding a message rewrote earlier text), so a multi-turn "
-            "conversation cannot be extended token by token; use a ChatML-style template")
-    return after[len(before):]
+            "conversation cannot be extended token by token; use a ChatML-style template"
+        )
+    return after[len(before) :]
 
 
 def _assistant_closing(piece: str, content: str, stop_text: str) -> str:
     """What the template writes after an assistant message's content, less the stop token the model wrote itself."""
-    closing = piece[piece.index(content) + len(content):] if content and content in piece else piece
-    return closing[len(stop_text):] if stop_text and closing.startswith(stop_text) else closing
+    closing = piece[piece.index(content) + len(content) :] if content and content in piece else piece
+    return closing[len(stop_text) :] if stop_text and closing.startswith(stop_text) else closing
 
 
 def tokenize_conversation(tokenizer: Any, messages: Sequence[Message]) -> tuple[list[int], list[bool]]:
@@ -141,7 +143,7 @@ def tokenize_conversation(tokenizer: Any, messages: Sequence[Message]) -> tuple[
         stops = [tokenizer.decode([t]) for t in stop_token_ids(tokenizer)]
         stop = next((s for s in stops if piece[at:].startswith(s)), "")
         answer = encode(tokenizer, piece[: at + len(stop)])
-        glue = encode(tokenizer, piece[at + len(stop):])
+        glue = encode(tokenizer, piece[at + len(stop) :])
         ids += context + answer + glue
         mask += [False] * len(context) + [True] * len(answer) + [False] * len(glue)
         rendered = full
@@ -205,8 +207,8 @@ def _left_padded(rows: list[list[int]], pad_id: int, device: torch.device) -> tu
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     attention = torch.zeros((len(rows), width), dtype=torch.long)
     for i, row in enumerate(rows):
-        ids[i, width - len(row):] = torch.tensor(row)
-        attention[i, width - len(row):] = 1
+        ids[i, width - len(row) :] = torch.tensor(row)
+        attention[i, width - len(row) :] = 1
     return ids.to(device), attention.to(device)
 
 
@@ -225,8 +227,17 @@ def _shared_prefix_length(rows: list[list[int]]) -> int:
 
 
 @torch.no_grad()
-def generate_batch(model: Any, tokenizer: Any, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
-                   top_p: float, greedy: bool, batch_size: int = 0) -> list[list[int]]:
+def generate_batch(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    greedy: bool,
+    batch_size: int = 0,
+) -> list[list[int]]:
     """Continue every prompt (token ids) with one assistant message; each result ends at its first
     stop token (included) or after ``max_new_tokens``. ``batch_size`` > 0 generates in chunks of that many.
 
@@ -244,7 +255,7 @@ def generate_batch(model: Any, tokenizer: Any, prompts: list[list[int]], *, max_
     sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
     results: list[list[int]] = []
     for start in range(0, len(prompts), chunk):
-        rows = prompts[start:start + chunk]
+        rows = prompts[start : start + chunk]
         shared = _shared_prefix_length(rows) if len(rows) > 1 else 0
         cache = {}
         if shared >= MIN_SHARED_PREFIX:
@@ -261,36 +272,71 @@ def generate_batch(model: Any, tokenizer: Any, prompts: list[list[int]], *, max_
         with warnings.catch_warnings():
             # transformers 5 renames generate's past_key_values to cache (both accepted until 6, pinned below 6)
             warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
-            out = model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=max_new_tokens, eos_token_id=stops,
-                                 pad_token_id=pad_id, **sampling, **cache)
-        for row in out[:, ids.shape[1]:].tolist():
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=attention,
+                max_new_tokens=max_new_tokens,
+                eos_token_id=stops,
+                pad_token_id=pad_id,
+                **sampling,
+                **cache,
+            )
+        for row in out[:, ids.shape[1] :].tolist():
             end = next((j + 1 for j, t in enumerate(row) if t in stops), len(row))
             results.append(row[:end])
     return results
 
 
-def collect_group_rollouts(policy: Any, tokenizer: Any, tasks: Any, group_task_ids: Sequence[int], args: Any,
-                           iteration: int, first_user_suffixes: Sequence[str] | None = None):
+def collect_group_rollouts(
+    policy: Any,
+    tokenizer: Any,
+    tasks: Any,
+    group_task_ids: Sequence[int],
+    args: Any,
+    iteration: int,
+    first_user_suffixes: Sequence[str] | None = None,
+):
     """``args.group_size`` rollouts of each task in ``group_task_ids``, sampled with the run's settings.
 
     Returns ``(rollouts, timing, rewards)``, ``rewards`` shaped ``(groups, group_size)``; the
     sampling seed depends on the run's seed and the iteration, so a resumed run draws the same.
     """
     rollouts, timing = collect_rollouts(
-        policy, tokenizer, tasks, [t for t in group_task_ids for _ in range(args.group_size)],
-        first_user_suffixes=first_user_suffixes, max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature, top_p=args.top_p, max_assistant_messages=args.max_assistant_messages,
-        max_context_tokens=args.max_context_tokens, max_steps_per_turn=args.max_steps_per_turn,
-        seed=args.seed * 1_000_003 + iteration * 1000)
+        policy,
+        tokenizer,
+        tasks,
+        [t for t in group_task_ids for _ in range(args.group_size)],
+        first_user_suffixes=first_user_suffixes,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_assistant_messages=args.max_assistant_messages,
+        max_context_tokens=args.max_context_tokens,
+        max_steps_per_turn=args.max_steps_per_turn,
+        seed=args.seed * 1_000_003 + iteration * 1000,
+    )
     rewards = torch.tensor([r.reward for r in rollouts]).view(len(group_task_ids), args.group_size)
     return rollouts, timing, rewards
 
 
-def collect_rollouts(model: Any, tokenizer: Any, tasks: Any, task_ids: Sequence[int], *, groups: Sequence[int] | None = None,
-                     first_user_suffixes: Sequence[str] | None = None, max_new_tokens: int = 128, temperature: float = 1.0,
-                     top_p: float = 1.0, greedy: bool = False, max_assistant_messages: int = 10,
-                     max_context_tokens: int = 4096, max_steps_per_turn: int = 20, generation_batch_size: int = 0,
-                     seed: int = 0) -> tuple[list[Rollout], dict[str, float]]:
+def collect_rollouts(
+    model: Any,
+    tokenizer: Any,
+    tasks: Any,
+    task_ids: Sequence[int],
+    *,
+    groups: Sequence[int] | None = None,
+    first_user_suffixes: Sequence[str] | None = None,
+    max_new_tokens: int = 128,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    greedy: bool = False,
+    max_assistant_messages: int = 10,
+    max_context_tokens: int = 4096,
+    max_steps_per_turn: int = 20,
+    generation_batch_size: int = 0,
+    seed: int = 0,
+) -> tuple[list[Rollout], dict[str, float]]:
     """Run one episode per entry of ``task_ids`` (repeat an id G times for a GRPO group), all at once.
 
     Args:
@@ -327,23 +373,39 @@ def collect_rollouts(model: Any, tokenizer: Any, tasks: Any, task_ids: Sequence[
         if not active:
             break
         started = time.perf_counter()
-        outputs = generate_batch(model, tokenizer, [rollouts[i].tokens for i in active], max_new_tokens=max_new_tokens,
-                                 temperature=temperature, top_p=top_p, greedy=greedy, batch_size=generation_batch_size)
+        outputs = generate_batch(
+            model,
+            tokenizer,
+            [rollouts[i].tokens for i in active],
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            greedy=greedy,
+            batch_size=generation_batch_size,
+        )
         generation_seconds += time.perf_counter() - started
         for i, new in zip(active, outputs):
             generated_tokens += len(new)
             r, env = rollouts[i], envs[i]
             stop_text = stop_texts.get(new[-1], "") if new else ""
             content = tokenizer.decode(new[:-1] if stop_text else new, skip_special_tokens=True)
-            turn = Turn(start=len(r.tokens), end=len(r.tokens) + len(new), content=content, tool_outputs=[],
-                        user_turn=env.turn_index, context_messages=list(conversations[i]))
+            turn = Turn(
+                start=len(r.tokens),
+                end=len(r.tokens) + len(new),
+                content=content,
+                tool_outputs=[],
+                user_turn=env.turn_index,
+                context_messages=list(conversations[i]),
+            )
             r.extend(new, policy=True)
             r.turns.append(turn)
             conversation = conversations[i] + [{"role": "assistant", "content": content}]
             after_answer = chat_template_text(tokenizer, conversation, generation_prompt=False)
-            r.extend(encode(tokenizer, _assistant_closing(_extension(rendered[i], after_answer), content, stop_text)), policy=False)
+            r.extend(
+                encode(tokenizer, _assistant_closing(_extension(rendered[i], after_answer), content, stop_text)), policy=False
+            )
             messages, reward, terminated, truncated, info = env.step(content)
-            new_messages = messages[len(conversation):]
+            new_messages = messages[len(conversation) :]
             turn.tool_outputs = [m["content"] for m in new_messages if m["role"] == "tool"]
             conversations[i] = conversation + new_messages
             r.reward, r.truncated = float(reward), bool(truncated)
@@ -357,8 +419,11 @@ def collect_rollouts(model: Any, tokenizer: Any, tasks: Any, task_ids: Sequence[
                 rendered[i] = chat_template_text(tokenizer, conversations[i], generation_prompt=True)
                 r.extend(encode(tokenizer, _extension(after_answer, rendered[i])), policy=False)
             r.messages = conversations[i]
-    timing = {"generated_tokens": float(generated_tokens), "generation_seconds": generation_seconds,
-              "tokens_per_second": generated_tokens / max(generation_seconds, 1e-9)}
+    timing = {
+        "generated_tokens": float(generated_tokens),
+        "generation_seconds": generation_seconds,
+        "tokens_per_second": generated_tokens / max(generation_seconds, 1e-9),
+    }
     return rollouts, timing
 
 
@@ -379,7 +444,9 @@ def make_task_set(args: LLMRunArgs, split: str) -> Any:
     from envs.text.tasks import DEFAULT_SUITE_GROUPS, TaskSet
 
     suite_groups = [(s,) for s in args.suites] if args.suites else DEFAULT_SUITE_GROUPS
-    return TaskSet(num_tasks=args.num_tasks, seed=args.task_seed, suite_groups=suite_groups, variants=args.variants, split=split)
+    return TaskSet(
+        num_tasks=args.num_tasks, seed=args.task_seed, suite_groups=suite_groups, variants=args.variants, split=split
+    )
 
 
 def task_ids_of(tasks: Any) -> list[int]:
@@ -389,12 +456,21 @@ def task_ids_of(tasks: Any) -> list[int]:
     return [t.task_id for t in tasks]
 
 
-def evaluate_success(model: Any, tokenizer: Any, tasks: Any, num_episodes: int, args: LLMRunArgs,
-                     first_user_suffix: str = "") -> dict[str, float]:
+def evaluate_success(
+    model: Any, tokenizer: Any, tasks: Any, num_episodes: int, args: LLMRunArgs, first_user_suffix: str = ""
+) -> dict[str, float]:
     """Greedy episodes on the first ``num_episodes`` tasks of ``tasks`` (the same ones every time)."""
     ids = task_ids_of(tasks)[:num_episodes]
     rollouts, timing = collect_rollouts(
-        model, tokenizer, tasks, ids, first_user_suffixes=[first_user_suffix] * len(ids), greedy=True,
-        max_new_tokens=args.eval_max_new_tokens or args.max_new_tokens, max_assistant_messages=args.max_assistant_messages,
-        max_context_tokens=args.max_context_tokens, max_steps_per_turn=args.max_steps_per_turn)
+        model,
+        tokenizer,
+        tasks,
+        ids,
+        first_user_suffixes=[first_user_suffix] * len(ids),
+        greedy=True,
+        max_new_tokens=args.eval_max_new_tokens or args.max_new_tokens,
+        max_assistant_messages=args.max_assistant_messages,
+        max_context_tokens=args.max_context_tokens,
+        max_steps_per_turn=args.max_steps_per_turn,
+    )
     return rollout_stats(rollouts) | {"tokens_per_second": timing["tokens_per_second"]}

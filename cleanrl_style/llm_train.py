@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import copy
 import random
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -59,8 +60,15 @@ def build_policy(args: Any, run: Any, special_tokens: Sequence[str] = ()) -> tup
     return policy, tokenizer, reference, optimizer, start_iteration
 
 
-def reference_logprobs(policy: Any, reference: Any, sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[bool]],
-                       pad_id: int, micro_batch_size: int, temperature: float = 1.0) -> list[torch.Tensor]:
+def reference_logprobs(
+    policy: Any,
+    reference: Any,
+    sequences: Sequence[Sequence[int]],
+    masks: Sequence[Sequence[bool]],
+    pad_id: int,
+    micro_batch_size: int,
+    temperature: float = 1.0,
+) -> list[torch.Tensor]:
     """Per-token log-probs under the reference model (``batched_logprobs`` of the frozen copy or the adapter-free base)."""
     if reference is not None:
         return batched_logprobs(reference, sequences, masks, pad_id, micro_batch_size, temperature)
@@ -78,6 +86,8 @@ def export_model(run: Any, policy: Any, tokenizer: Any) -> None:
 
 
 def sample_groups(task_ids: Sequence[int], num_groups: int, seed: int, iteration: int) -> list[int]:
-    """``num_groups`` distinct training tasks for an iteration: a pure function of (seed, iteration), so a resumed run draws the same."""
+    """``num_groups`` distinct training tasks for an iteration.
+
+    A pure function of (seed, iteration), so a resumed run draws the same."""
     rng = random.Random(seed * 1_000_003 + iteration)
     return rng.sample(list(task_ids), min(num_groups, len(task_ids)))

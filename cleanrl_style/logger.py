@@ -16,8 +16,9 @@ import csv
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 CSV_NAME = "progress.csv"
 CSV_FIELDS = ("step", "time", "metric", "value")
@@ -71,7 +72,7 @@ class RunLogger:
         else:
             (self.run_dir / "args.json").write_text(json.dumps(dict(config), indent=2, default=str))
         new_file = not self.csv_path.exists()
-        self._csv_file = open(self.csv_path, "a", newline="")
+        self._csv_file = open(self.csv_path, "a", newline="")  # noqa: SIM115 - open for the run's lifetime
         self._csv = csv.writer(self._csv_file)
         if new_file:
             self._csv.writerow(CSV_FIELDS)
@@ -86,8 +87,12 @@ class RunLogger:
             import wandb
 
             self.wandb = wandb.init(
-                project=wandb_project, name=self.run_dir.name, config=dict(config), dir=str(self.run_dir),
-                resume="allow", id=self.run_dir.name.replace("/", "_")[:128],
+                project=wandb_project,
+                name=self.run_dir.name,
+                config=dict(config),
+                dir=str(self.run_dir),
+                resume="allow",
+                id=self.run_dir.name.replace("/", "_")[:128],
             )
 
     @property

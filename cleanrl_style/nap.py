@@ -97,9 +97,7 @@ class NormProjector:
         self._params = [p for group in self.groups for p in group.params]
         self._first_ptr = self._params[0].data_ptr()
         device = self._params[0].device
-        self._group_of_param = torch.tensor(
-            [g for g, group in enumerate(self.groups) for _ in group.params], device=device
-        )
+        self._group_of_param = torch.tensor([g for g, group in enumerate(self.groups) for _ in group.params], device=device)
         self._init_norms = torch.tensor([group.init_norm for group in self.groups], device=device)
         # When every group is one span of memory (always true under FlatParameters, where a
         # LayerNorm's gamma and beta sit side by side), each group is a single tensor: one norm

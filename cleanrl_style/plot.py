@@ -40,9 +40,9 @@ import argparse
 import csv
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -53,8 +53,22 @@ LLM_METRICS = ("charts/success_rate", "charts/test_success_rate", "charts/zero_v
 REFERENCE_CSV = Path(__file__).resolve().parent / "reference_curves" / "gym_mujoco_v4.csv"
 # Arguments that do not make two runs different experiments (they never name a line).
 NOT_HYPERPARAMETERS = {
-    "env", "seed", "exp_name", "run_dir", "resume", "progress_bar", "track", "wandb_project", "torch_threads",
-    "device", "checkpoint_every", "eval_episodes", "backend", "batch_size", "minibatch_size", "num_iterations",
+    "env",
+    "seed",
+    "exp_name",
+    "run_dir",
+    "resume",
+    "progress_bar",
+    "track",
+    "wandb_project",
+    "torch_threads",
+    "device",
+    "checkpoint_every",
+    "eval_episodes",
+    "backend",
+    "batch_size",
+    "minibatch_size",
+    "num_iterations",
 }
 
 
@@ -78,6 +92,7 @@ class RunData:
 
 # ----- statistics --------------------------------------------------------------------------------
 
+
 def iqm(values: np.ndarray, axis: int = -1) -> np.ndarray:
     """Interquartile mean along ``axis``: drop the ``floor(n/4)`` lowest and highest, average the rest."""
     values = np.sort(np.asarray(values, dtype=float), axis=axis)
@@ -93,8 +108,13 @@ def mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
 ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {"mean": mean, "iqm": iqm}
 
 
-def bootstrap_ci(values: np.ndarray, estimator: Callable = mean, ci: float = 0.95, n_boot: int = 2000,
-                 rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
+def bootstrap_ci(
+    values: np.ndarray,
+    estimator: Callable = mean,
+    ci: float = 0.95,
+    n_boot: int = 2000,
+    rng: np.random.Generator | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Percentile bootstrap over the first axis (the seeds) of ``values`` ``(n_seeds, ...)``; returns (low, high)."""
     rng = rng if rng is not None else np.random.default_rng(0)
     values = np.asarray(values, dtype=float)
@@ -103,15 +123,23 @@ def bootstrap_ci(values: np.ndarray, estimator: Callable = mean, ci: float = 0.9
     return np.percentile(estimates, 100 * (1 - ci) / 2, axis=0), np.percentile(estimates, 100 * (1 + ci) / 2, axis=0)
 
 
-def stratified_bootstrap_ci(groups: list[np.ndarray], estimator: Callable = iqm, ci: float = 0.95, n_boot: int = 2000,
-                            rng: np.random.Generator | None = None) -> tuple[float, float, float]:
+def stratified_bootstrap_ci(
+    groups: list[np.ndarray],
+    estimator: Callable = iqm,
+    ci: float = 0.95,
+    n_boot: int = 2000,
+    rng: np.random.Generator | None = None,
+) -> tuple[float, float, float]:
     """Estimate over the pooled ``groups`` (one array of scores per env) and its CI, resampling within each group."""
     rng = rng if rng is not None else np.random.default_rng(0)
     pooled = np.concatenate(groups)
     samples = np.concatenate([g[rng.integers(0, len(g), size=(n_boot, len(g)))] for g in groups], axis=1)
     estimates = estimator(samples, axis=1)
-    return (float(estimator(pooled)), float(np.percentile(estimates, 100 * (1 - ci) / 2)),
-            float(np.percentile(estimates, 100 * (1 + ci) / 2)))
+    return (
+        float(estimator(pooled)),
+        float(np.percentile(estimates, 100 * (1 - ci) / 2)),
+        float(np.percentile(estimates, 100 * (1 + ci) / 2)),
+    )
 
 
 def final_value(series: np.ndarray, fraction: float = 0.1) -> float:
@@ -131,15 +159,19 @@ def smooth(values: np.ndarray, window: int) -> np.ndarray:
     return (cumsum[1:] - cumsum[np.arange(1, len(values) + 1) - counts]) / counts
 
 
-def curves_on_grid(runs: list[RunData], metric: str, x: str = "step", points: int = 100,
-                   smooth_window: int = 1) -> tuple[np.ndarray, np.ndarray] | None:
+def curves_on_grid(
+    runs: list[RunData], metric: str, x: str = "step", points: int = 100, smooth_window: int = 1
+) -> tuple[np.ndarray, np.ndarray] | None:
     """Each run's metric interpolated on a shared grid ``(points,)``; returns (grid, values ``(runs, points)``).
 
     The grid spans the range every run covers, so each point averages the same seeds.
     """
     column = 0 if x == "step" else 1
-    data = [(r.series[metric][:, column], smooth(r.series[metric][:, 2], smooth_window)) for r in runs
-            if metric in r.series and len(r.series[metric])]
+    data = [
+        (r.series[metric][:, column], smooth(r.series[metric][:, 2], smooth_window))
+        for r in runs
+        if metric in r.series and len(r.series[metric])
+    ]
     data = [(xs, ys) for xs, ys in data if np.all(np.isfinite(xs))]
     if not data:
         return None
@@ -149,6 +181,7 @@ def curves_on_grid(runs: list[RunData], metric: str, x: str = "step", points: in
 
 
 # ----- loading -----------------------------------------------------------------------------------
+
 
 def _resolved_env(env: str) -> str:
     try:
@@ -175,8 +208,7 @@ def load_run(run_dir: Path) -> RunData:
     sweep_label = None
     if (run_dir / "sweep.json").exists():
         sweep_label = json.loads((run_dir / "sweep.json").read_text()).get("label")
-    run = RunData(_resolved_env(str(args.get("env", "?"))), int(args.get("seed", 0)), sweep_label or "", series, args,
-                  run_dir)
+    run = RunData(_resolved_env(str(args.get("env", "?"))), int(args.get("seed", 0)), sweep_label or "", series, args, run_dir)
     return run
 
 
@@ -189,8 +221,11 @@ def label_runs(runs: list[RunData], group_by: list[str] | None = None) -> None:
         if group_by:
             keys = group_by
         else:
-            keys = sorted(k for k in set().union(*(r.args for r in group)) - NOT_HYPERPARAMETERS
-                          if len({json.dumps(r.args.get(k), sort_keys=True) for r in group}) > 1)
+            keys = sorted(
+                k
+                for k in set().union(*(r.args for r in group)) - NOT_HYPERPARAMETERS
+                if len({json.dumps(r.args.get(k), sort_keys=True) for r in group}) > 1
+            )
         for r in group:
             if group_by or not r.label:
                 r.label = " ".join([agent, *(f"{k}={r.args.get(k)}" for k in keys)])
@@ -214,8 +249,9 @@ def load_reference(envs: set[str] | None = None, path: Path = REFERENCE_CSV) -> 
     for (algorithm, env_id, seed), points in sorted(rows.items()):
         points.sort()
         series = np.array([(s, np.nan, v) for s, v in points])
-        runs.append(RunData(env_id, seed, f"{algorithm} (published)", {RETURN: series}, {"exp_name": algorithm},
-                            reference=True))
+        runs.append(
+            RunData(env_id, seed, f"{algorithm} (published)", {RETURN: series}, {"exp_name": algorithm}, reference=True)
+        )
     return runs
 
 
@@ -228,6 +264,7 @@ def cut_at(run: RunData, max_step: float) -> RunData:
 
 # ----- tables ------------------------------------------------------------------------------------
 
+
 def by_label_and_env(runs: list[RunData]) -> dict[tuple[str, str], list[RunData]]:
     groups: dict[tuple[str, str], list[RunData]] = {}
     for r in runs:
@@ -235,8 +272,9 @@ def by_label_and_env(runs: list[RunData]) -> dict[tuple[str, str], list[RunData]
     return dict(sorted(groups.items(), key=lambda kv: (kv[0][1], kv[1][0].reference, kv[0][0])))
 
 
-def summary_rows(runs: list[RunData], metric: str = RETURN, final_fraction: float = 0.1, ci: float = 0.95,
-                 n_boot: int = 2000, seed: int = 0) -> list[dict]:
+def summary_rows(
+    runs: list[RunData], metric: str = RETURN, final_fraction: float = 0.1, ci: float = 0.95, n_boot: int = 2000, seed: int = 0
+) -> list[dict]:
     """One row per (line, env): final ``metric`` mean, bootstrap CI and IQM over seeds."""
     rng = np.random.default_rng(seed)
     rows = []
@@ -246,16 +284,25 @@ def summary_rows(runs: list[RunData], metric: str = RETURN, final_fraction: floa
             continue
         lo, hi = bootstrap_ci(finals, mean, ci, n_boot, rng)
         steps = max(r.series[metric][:, 0].max() for r in group if metric in r.series)
-        row = {"agent": label, "env": env, "seeds": len(finals), "steps": int(steps), "final_mean": float(finals.mean()),
-               "ci_low": float(lo), "ci_high": float(hi), "final_iqm": float(iqm(finals))}
+        row = {
+            "agent": label,
+            "env": env,
+            "seeds": len(finals),
+            "steps": int(steps),
+            "final_mean": float(finals.mean()),
+            "ci_low": float(lo),
+            "ci_high": float(hi),
+            "final_iqm": float(iqm(finals)),
+        }
         evals = [r.series["eval/return_mean"][-1, 2] for r in group if "eval/return_mean" in r.series]
         row["eval_mean"] = float(np.mean(evals)) if evals else float("nan")
         rows.append(row)
     return rows
 
 
-def aggregate_rows(runs: list[RunData], metric: str = RETURN, final_fraction: float = 0.1, ci: float = 0.95,
-                   n_boot: int = 2000, seed: int = 0) -> list[dict]:
+def aggregate_rows(
+    runs: list[RunData], metric: str = RETURN, final_fraction: float = 0.1, ci: float = 0.95, n_boot: int = 2000, seed: int = 0
+) -> list[dict]:
     """Per line, across envs: IQM and mean of min-max normalized final scores with stratified bootstrap CIs.
 
     An env's normalization spans the final scores of every run on it (all lines), so 0 is the worst
@@ -280,10 +327,20 @@ def aggregate_rows(runs: list[RunData], metric: str = RETURN, final_fraction: fl
         groups = [np.array(v) for _, v in sorted(per_env.items())]
         iqm_point, iqm_lo, iqm_hi = stratified_bootstrap_ci(groups, iqm, ci, n_boot, rng)
         mean_point, mean_lo, mean_hi = stratified_bootstrap_ci(groups, mean, ci, n_boot, rng)
-        rows.append({"agent": label, "envs": len(groups), "env_names": " ".join(sorted(per_env)),
-                     "runs": sum(len(g) for g in groups), "iqm": iqm_point,
-                     "iqm_low": iqm_lo, "iqm_high": iqm_hi, "mean": mean_point, "mean_low": mean_lo,
-                     "mean_high": mean_hi})
+        rows.append(
+            {
+                "agent": label,
+                "envs": len(groups),
+                "env_names": " ".join(sorted(per_env)),
+                "runs": sum(len(g) for g in groups),
+                "iqm": iqm_point,
+                "iqm_low": iqm_lo,
+                "iqm_high": iqm_hi,
+                "mean": mean_point,
+                "mean_low": mean_lo,
+                "mean_high": mean_hi,
+            }
+        )
     return rows
 
 
@@ -296,6 +353,7 @@ def write_table(rows: list[dict], csv_path: Path, md_path: Path | None = None, t
         writer.writeheader()
         writer.writerows(rows)
     if md_path is not None:
+
         def fmt(v):
             return f"{v:.4g}" if isinstance(v, float) else str(v)
 
@@ -306,6 +364,7 @@ def write_table(rows: list[dict], csv_path: Path, md_path: Path | None = None, t
 
 
 # ----- figures -----------------------------------------------------------------------------------
+
 
 def _pyplot():
     import matplotlib
@@ -318,10 +377,10 @@ def _pyplot():
 
 def _colors(labels: list[str]) -> dict[str, tuple]:
     plt = _pyplot()
-    own = [l for l in labels if not l.endswith("(published)")]
-    published = [l for l in labels if l.endswith("(published)")]
-    colors = {l: plt.cm.tab10(i % 10) for i, l in enumerate(sorted(own))}
-    colors.update({l: plt.cm.Dark2(i % 8) for i, l in enumerate(sorted(published))})
+    own = [lab for lab in labels if not lab.endswith("(published)")]
+    published = [lab for lab in labels if lab.endswith("(published)")]
+    colors = {lab: plt.cm.tab10(i % 10) for i, lab in enumerate(sorted(own))}
+    colors.update({lab: plt.cm.Dark2(i % 8) for i, lab in enumerate(sorted(published))})
     return colors
 
 
@@ -335,8 +394,21 @@ def _panels(n: int, width: float = 4.2, height: float = 3.2, ncols: int = 3):
     return fig, list(axes.flat[:n])
 
 
-def _draw_band(ax, runs: list[RunData], metric: str, x: str, color, estimator: str, ci: float, n_boot: int,
-               rng, smooth_window: int, points: int = 100, label: str | None = None, linestyle: str = "-") -> bool:
+def _draw_band(
+    ax,
+    runs: list[RunData],
+    metric: str,
+    x: str,
+    color,
+    estimator: str,
+    ci: float,
+    n_boot: int,
+    rng,
+    smooth_window: int,
+    points: int = 100,
+    label: str | None = None,
+    linestyle: str = "-",
+) -> bool:
     curve = curves_on_grid(runs, metric, x, points, smooth_window)
     if curve is None:
         return False
@@ -350,8 +422,17 @@ def _draw_band(ax, runs: list[RunData], metric: str, x: str, color, estimator: s
     return True
 
 
-def plot_curves(runs: list[RunData], out: Path, metric: str = RETURN, x: str = "step", estimator: str = "mean",
-                ci: float = 0.95, n_boot: int = 2000, smooth_window: int = 1, seed: int = 0) -> Path | None:
+def plot_curves(
+    runs: list[RunData],
+    out: Path,
+    metric: str = RETURN,
+    x: str = "step",
+    estimator: str = "mean",
+    ci: float = 0.95,
+    n_boot: int = 2000,
+    smooth_window: int = 1,
+    seed: int = 0,
+) -> Path | None:
     """One panel per env, one line (estimator across seeds, CI band) per label."""
     runs = [r for r in runs if metric in r.series and (x == "step" or not r.reference)]
     envs = sorted({r.env_key for r in runs})
@@ -363,21 +444,40 @@ def plot_curves(runs: list[RunData], out: Path, metric: str = RETURN, x: str = "
     for ax, env_key in zip(axes, envs):
         here = [r for r in runs if r.env_key == env_key]
         for (label, _), group in by_label_and_env(here).items():
-            _draw_band(ax, group, metric, x, colors[label], estimator, ci, n_boot, rng, smooth_window, label=label,
-                       linestyle="--" if group[0].reference else "-")
+            _draw_band(
+                ax,
+                group,
+                metric,
+                x,
+                colors[label],
+                estimator,
+                ci,
+                n_boot,
+                rng,
+                smooth_window,
+                label=label,
+                linestyle="--" if group[0].reference else "-",
+            )
         ax.set_title(" / ".join(sorted({r.env for r in here})))
         ax.set_xlabel("environment steps" if x == "step" else "wall-clock time (s)")
         ax.set_ylabel(metric.split("/")[-1].replace("_", " "))
         ax.grid(alpha=0.3)
     handles = {}
     for ax in axes:
-        for h, l in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(l, h)
+        for handle, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, handle)
     handles = dict(sorted(handles.items(), key=lambda kv: (kv[0].endswith("(published)"), kv[0])))
     band = f"{'IQM' if estimator == 'iqm' else 'mean'} across seeds, {ci:.0%} bootstrap CI"
     ncol = max(1, min(len(handles), int(fig.get_figwidth() // 3.2)))
-    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=ncol, frameon=False,
-               bbox_to_anchor=(0.5, 0.0), fontsize=9)
+    fig.legend(
+        list(handles.values()),
+        list(handles),
+        loc="lower center",
+        ncol=ncol,
+        frameon=False,
+        bbox_to_anchor=(0.5, 0.0),
+        fontsize=9,
+    )
     fig.suptitle(f"{metric} over {'environment steps' if x == 'step' else 'wall-clock time'}\n({band})", fontsize=11)
     legend_rows = math.ceil(len(handles) / ncol)
     fig.tight_layout(rect=(0, min(0.5, 0.3 * legend_rows / fig.get_figheight()), 1, 1))
@@ -396,8 +496,9 @@ def plot_aggregate(rows: list[dict], out: Path, ci: float = 0.95) -> Path | None
     fig, axes = plt.subplots(1, 2, figsize=(10, 0.6 * len(rows) + 1.6), sharey=True, squeeze=False)
     for ax, key, title in zip(axes[0], ("iqm", "mean"), ("IQM", "Mean")):
         for i, r in enumerate(rows):
-            ax.barh(i, r[f"{key}_high"] - r[f"{key}_low"], left=r[f"{key}_low"], height=0.6, color=colors[r["agent"]],
-                    alpha=0.6)
+            ax.barh(
+                i, r[f"{key}_high"] - r[f"{key}_low"], left=r[f"{key}_low"], height=0.6, color=colors[r["agent"]], alpha=0.6
+            )
             ax.plot([r[key], r[key]], [i - 0.3, i + 0.3], color="black", lw=1.5)
         ax.set_yticks(range(len(rows)), [f"{r['agent']} ({r['envs']} envs, {r['runs']} runs)" for r in rows])
         ax.set_title(f"{title}, {ci:.0%} stratified bootstrap CI", fontsize=10)
@@ -426,8 +527,19 @@ def plot_nap(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
             for row, (prefix, name) in enumerate((("nap/norm/", "weight norm"), ("nap/eff_lr/", "effective lr"))):
                 ax = axes[row, col]
                 for (label, _), group in by_label_and_env(here).items():
-                    _draw_band(ax, group, prefix + layer, "step", colors[label], "mean", ci, n_boot, rng, 1,
-                               label=label if (row, col) == (0, 0) else None)
+                    _draw_band(
+                        ax,
+                        group,
+                        prefix + layer,
+                        "step",
+                        colors[label],
+                        "mean",
+                        ci,
+                        n_boot,
+                        rng,
+                        1,
+                        label=label if (row, col) == (0, 0) else None,
+                    )
                 if row == 1:
                     ax.set_yscale("log")
                     ax.set_xlabel("environment steps")
@@ -454,12 +566,36 @@ def plot_llm(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
         colors = _colors(sorted({r.label for r in here}))
         fig, (ax_success, ax_zero) = plt.subplots(1, 2, figsize=(11, 4))
         for (label, _), group in by_label_and_env(here).items():
-            _draw_band(ax_success, group, "charts/success_rate", "step", colors[label], "mean", ci, n_boot, rng, 1,
-                       label=f"{label} (train)")
-            _draw_band(ax_success, group, "charts/test_success_rate", "step", colors[label], "mean", ci, n_boot, rng, 1,
-                       label=f"{label} (test)", linestyle="--")
-            _draw_band(ax_zero, group, "charts/zero_variance_fraction", "step", colors[label], "mean", ci, n_boot, rng,
-                       1, label=label)
+            _draw_band(
+                ax_success,
+                group,
+                "charts/success_rate",
+                "step",
+                colors[label],
+                "mean",
+                ci,
+                n_boot,
+                rng,
+                1,
+                label=f"{label} (train)",
+            )
+            _draw_band(
+                ax_success,
+                group,
+                "charts/test_success_rate",
+                "step",
+                colors[label],
+                "mean",
+                ci,
+                n_boot,
+                rng,
+                1,
+                label=f"{label} (test)",
+                linestyle="--",
+            )
+            _draw_band(
+                ax_zero, group, "charts/zero_variance_fraction", "step", colors[label], "mean", ci, n_boot, rng, 1, label=label
+            )
         ax_success.set_title("success rate")
         ax_zero.set_title("fraction of groups with zero reward variance")
         for ax in (ax_success, ax_zero):
@@ -478,8 +614,18 @@ def plot_llm(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
 
 # ----- command line ------------------------------------------------------------------------------
 
-def make_all(runs: list[RunData], out: Path, metric: str = RETURN, estimator: str = "mean", ci: float = 0.95,
-             n_boot: int = 2000, smooth_window: int = 1, final_fraction: float = 0.1, seed: int = 0) -> list[Path]:
+
+def make_all(
+    runs: list[RunData],
+    out: Path,
+    metric: str = RETURN,
+    estimator: str = "mean",
+    ci: float = 0.95,
+    n_boot: int = 2000,
+    smooth_window: int = 1,
+    final_fraction: float = 0.1,
+    seed: int = 0,
+) -> list[Path]:
     """Every figure and table the runs support, into ``out``; returns the files written."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -487,8 +633,12 @@ def make_all(runs: list[RunData], out: Path, metric: str = RETURN, estimator: st
         written.append(plot_curves(runs, out, metric, x, estimator, ci, n_boot, smooth_window, seed))
     rows = summary_rows(runs, metric, final_fraction, ci, n_boot, seed)
     if rows:
-        write_table(rows, out / "summary.csv", out / "summary.md",
-                    f"Final {metric} (mean over the last {final_fraction:.0%} of steps; mean, {ci:.0%} CI and IQM over seeds)")
+        write_table(
+            rows,
+            out / "summary.csv",
+            out / "summary.md",
+            f"Final {metric} (mean over the last {final_fraction:.0%} of steps; mean, {ci:.0%} CI and IQM over seeds)",
+        )
         written += [out / "summary.csv", out / "summary.md"]
     agg = aggregate_rows(runs, metric, final_fraction, ci, n_boot, seed)
     if agg:
@@ -513,15 +663,21 @@ def with_reference(runs: list[RunData], env_keys: set[str] | None = None) -> lis
             budget[r.env_key] = min(budget.get(r.env_key, math.inf), float(longest))
     reference = [cut_at(r, budget[r.env_key]) for r in reference]
     # A published curve logged too sparsely to reach near the budget (SimbaV2: every 50k steps) says nothing there.
-    reference = [r for r in reference if RETURN in r.series and len(r.series[RETURN]) >= 2
-                 and r.series[RETURN][-1, 0] >= 0.5 * budget[r.env_key]]
+    reference = [
+        r
+        for r in reference
+        if RETURN in r.series and len(r.series[RETURN]) >= 2 and r.series[RETURN][-1, 0] >= 0.5 * budget[r.env_key]
+    ]
     return own + reference
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cleanrl_style.plot", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 2)[2])
+    parser = argparse.ArgumentParser(
+        prog="python -m cleanrl_style.plot",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 2)[2],
+    )
     parser.add_argument("paths", nargs="*", help="run folders, or folders holding them (searched recursively)")
     parser.add_argument("--out", default=None, help="where to write (default: <first path>/plots, or plots/)")
     parser.add_argument("--metric", default=RETURN)
@@ -546,10 +702,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.reference:
         runs = with_reference(runs, env_keys)
     out = Path(args.out) if args.out else (Path(args.paths[0]) / "plots" if args.paths else Path("plots"))
-    written = make_all(runs, out, args.metric, args.estimator, args.ci, args.n_boot, args.smooth, args.final_fraction,
-                       args.seed)
-    print(f"{len([r for r in runs if not r.reference])} runs" + (" + published curves" if args.reference else "")
-          + f" -> {out}")
+    written = make_all(
+        runs, out, args.metric, args.estimator, args.ci, args.n_boot, args.smooth, args.final_fraction, args.seed
+    )
+    print(
+        f"{len([r for r in runs if not r.reference])} runs" + (" + published curves" if args.reference else "") + f" -> {out}"
+    )
     for path in written:
         print(f"  {path}")
     if (out / "summary.md").exists():

@@ -18,8 +18,9 @@ The weight function is an argument, so another shape (e.g. a bell) is one functi
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

@@ -24,7 +24,14 @@ from typing import Any
 
 import torch
 
-from cleanrl_style.checkpoint import CHECKPOINT_NAME, load_checkpoint, rng_states, save_checkpoint, seed_everything, set_rng_states
+from cleanrl_style.checkpoint import (
+    CHECKPOINT_NAME,
+    load_checkpoint,
+    rng_states,
+    save_checkpoint,
+    seed_everything,
+    set_rng_states,
+)
 from cleanrl_style.logger import RunLogger, read_progress
 
 RUNS_DIR = Path(os.environ.get("CLEANRL_STYLE_RUNS", "runs"))
@@ -129,7 +136,9 @@ class Run:
         if args.progress_bar:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=args.total_timesteps, initial=self.start_step, unit="step", dynamic_ncols=True, disable=None)
+            self._bar = tqdm(
+                total=args.total_timesteps, initial=self.start_step, unit="step", dynamic_ncols=True, disable=None
+            )
         self._last_checkpoint_step = self.start_step
         self._sps_mark = (time.time(), self.start_step)
 

@@ -105,8 +105,14 @@ def parse_grid(specs: list[str]) -> list[tuple[str, list[str]]]:
     return grid
 
 
-def expand_grid(agents: list[str], envs: list[str], seeds: list[int], grid: list[tuple[str, list[str]]],
-                flags: list[str], imports: list[str] = ()) -> list[GridPoint]:
+def expand_grid(
+    agents: list[str],
+    envs: list[str],
+    seeds: list[int],
+    grid: list[tuple[str, list[str]]],
+    flags: list[str],
+    imports: list[str] = (),
+) -> list[GridPoint]:
     """Every combination, in the order agent, env, grid values, seed."""
     keys = [k for k, _ in grid]
     points = []
@@ -116,7 +122,9 @@ def expand_grid(agents: list[str], envs: list[str], seeds: list[int], grid: list
         for env in envs:
             for combo in itertools.product(*[values for _, values in grid]):
                 for seed in seeds:
-                    points.append(GridPoint(name, agent_file, env, seed, tuple(zip(keys, combo)), tuple(flags), tuple(imports)))
+                    points.append(
+                        GridPoint(name, agent_file, env, seed, tuple(zip(keys, combo)), tuple(flags), tuple(imports))
+                    )
     names = [p.folder_name() for p in points]
     if len(set(names)) != len(names):
         raise SystemExit("two grid points map to the same run folder: repeated agents, envs, seeds or grid values?")
@@ -133,8 +141,10 @@ def point_status(run_dir: Path) -> str:
 
 
 # Runs an agent script after importing modules that register environments: argv is MODULES AGENT FLAGS...
-IMPORT_SHIM = ("import importlib, runpy, sys; [importlib.import_module(m) for m in sys.argv[1].split(',') if m]; "
-               "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+IMPORT_SHIM = (
+    "import importlib, runpy, sys; [importlib.import_module(m) for m in sys.argv[1].split(',') if m]; "
+    "sys.argv = sys.argv[2:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
 
 
 def command_for(point: GridPoint, run_dir: Path, status: str, python: str = sys.executable) -> list[str]:
@@ -143,8 +153,18 @@ def command_for(point: GridPoint, run_dir: Path, status: str, python: str = sys.
         start = [python, "-c", IMPORT_SHIM, ",".join(point.imports), point.agent_file]
     if status == "resume":
         return [*start, "--resume", str(run_dir), "--no-progress-bar"]
-    return [*start, "--env", point.env, "--seed", str(point.seed), "--run-dir", str(run_dir),
-            "--no-progress-bar", *point.value_flags(), *point.flags]
+    return [
+        *start,
+        "--env",
+        point.env,
+        "--seed",
+        str(point.seed),
+        "--run-dir",
+        str(run_dir),
+        "--no-progress-bar",
+        *point.value_flags(),
+        *point.flags,
+    ]
 
 
 def _prepare(point: GridPoint, run_dir: Path) -> tuple[str, list[str]]:
@@ -157,8 +177,15 @@ def _prepare(point: GridPoint, run_dir: Path) -> tuple[str, list[str]]:
 
 
 def _finish(point: GridPoint, run_dir: Path, status: str, cmd: list[str], returncode: int, seconds: float) -> dict:
-    record = {"point": asdict(point), "label": point.label, "run_dir": str(run_dir), "started_as": status,
-              "command": shlex.join(cmd), "returncode": returncode, "seconds": round(seconds, 1)}
+    record = {
+        "point": asdict(point),
+        "label": point.label,
+        "run_dir": str(run_dir),
+        "started_as": status,
+        "command": shlex.join(cmd),
+        "returncode": returncode,
+        "seconds": round(seconds, 1),
+    }
     if returncode == 0:
         tmp = run_dir / (DONE_NAME + ".tmp")
         tmp.write_text(json.dumps(record, indent=2))
@@ -170,8 +197,12 @@ def _child_env(workdir: str | None = None) -> dict[str, str]:
     # One thread per run: the pool runs one process per core. The sweep's working directory stays
     # importable (runs start in the repository), for --import modules that live there.
     path = os.pathsep.join(p for p in (workdir or os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONWARNINGS": "ignore",
-            "PYTHONPATH": path}
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "PYTHONWARNINGS": "ignore",
+        "PYTHONPATH": path,
+    }
 
 
 def run_point(point: GridPoint, run_dir: str, workdir: str | None = None) -> dict:
@@ -185,8 +216,9 @@ def run_point(point: GridPoint, run_dir: str, workdir: str | None = None) -> dic
     with open(run_dir / LOG_NAME, "a") as log:
         log.write(f"$ {shlex.join(cmd)}\n")
         log.flush()
-        returncode = subprocess.run(cmd, cwd=REPO_ROOT, env=_child_env(workdir), stdout=log,
-                                    stderr=subprocess.STDOUT).returncode
+        returncode = subprocess.run(
+            cmd, cwd=REPO_ROOT, env=_child_env(workdir), stdout=log, stderr=subprocess.STDOUT
+        ).returncode
     return _finish(point, run_dir, status, cmd, returncode, time.time() - start)
 
 
@@ -205,7 +237,7 @@ def run_local(points: list[tuple[GridPoint, Path]], workers: int, echo=print) ->
             while pending and len(running) < workers:
                 point, run_dir = pending.pop(0)
                 status, cmd = _prepare(point, run_dir)
-                log = open(run_dir / LOG_NAME, "a")
+                log = open(run_dir / LOG_NAME, "a")  # noqa: SIM115 - closed when the child exits
                 log.write(f"$ {shlex.join(cmd)}\n")
                 log.flush()
                 proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=_child_env(), stdout=log, stderr=subprocess.STDOUT)
@@ -215,8 +247,10 @@ def run_local(points: list[tuple[GridPoint, Path]], workers: int, echo=print) ->
                 point, run_dir, status, cmd, log, start = running.pop(proc)
                 log.close()
                 records.append(_finish(point, run_dir, status, cmd, proc.returncode, time.time() - start))
-                echo(f"[{'done' if proc.returncode == 0 else f'FAILED ({proc.returncode})'}] {run_dir.name} "
-                     f"({time.time() - start:.0f}s)")
+                echo(
+                    f"[{'done' if proc.returncode == 0 else f'FAILED ({proc.returncode})'}] {run_dir.name} "
+                    f"({time.time() - start:.0f}s)"
+                )
             time.sleep(0.1)
     except KeyboardInterrupt:
         echo(f"stopping {len(running)} run(s); invoke the same command again to continue")
@@ -275,16 +309,34 @@ def default_workers() -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m cleanrl_style.sweep", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
+        prog="python -m cleanrl_style.sweep",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 2)[2],
+    )
     parser.add_argument("--agents", nargs="+", required=True, help="agent names in agents/ (ppo_nap ...) or .py paths")
     parser.add_argument("--envs", nargs="+", required=True, help="env short names or registered ids")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
-    parser.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
-                        help="agent flag values to sweep; true/false become --KEY/--no-KEY; repeatable")
-    parser.add_argument("--flags", default="", help='flags passed to every run, one string: "--total-timesteps 100000" (a single flag: --flags="--no-nap")')
-    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                        help="import this module before each agent runs (it registers your env); repeatable")
+    parser.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="agent flag values to sweep; true/false become --KEY/--no-KEY; repeatable",
+    )
+    parser.add_argument(
+        "--flags",
+        default="",
+        help='flags passed to every run, one string: "--total-timesteps 100000" (a single flag: --flags="--no-nap")',
+    )
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import this module before each agent runs (it registers your env); repeatable",
+    )
     parser.add_argument("--sweep-dir", default="runs/sweep", help="one run folder per grid point goes here")
     parser.add_argument("--launcher", choices=("local", "ray"), default="local")
     parser.add_argument("--workers", type=int, default=0, help="local: runs at once (default: one per core)")

@@ -1,9 +1,9 @@
 """Torch-native vector environments behind one contract (see :mod:`envs.core`).
 
-    import envs
-    vec = envs.make("Humanoid", num_envs=8, backend="auto", device="cpu", seed=1)
-    obs, info = vec.reset()
-    obs, reward, terminated, truncated, info = vec.step(actions)
+import envs
+vec = envs.make("Humanoid", num_envs=8, backend="auto", device="cpu", seed=1)
+obs, info = vec.reset()
+obs, reward, terminated, truncated, info = vec.step(actions)
 """
 
 from envs.core import EnvSpaceError, TorchVectorEnv

@@ -68,18 +68,24 @@ class _Failed(Exception):
 def _describe_obs_problem(obs, space: gym.spaces.Box, where: str) -> str | None:
     """Why ``obs`` does not belong to ``space``, or None."""
     if not isinstance(obs, np.ndarray):
-        return (f"{where} returned an observation of type {type(obs).__name__}, expected a numpy array "
-                f"(np.asarray(obs, dtype=np.{space.dtype}))")
+        return (
+            f"{where} returned an observation of type {type(obs).__name__}, expected a numpy array "
+            f"(np.asarray(obs, dtype=np.{space.dtype}))"
+        )
     if obs.shape != space.shape:
         return f"{where} returned an observation of shape {obs.shape}, but the observation space says {space.shape}"
     if obs.dtype != space.dtype:
-        return (f"{where} returned an observation of dtype {obs.dtype}, but the observation space says "
-                f"{space.dtype}; cast it (obs.astype(np.{space.dtype})) or declare the space with that dtype")
+        return (
+            f"{where} returned an observation of dtype {obs.dtype}, but the observation space says "
+            f"{space.dtype}; cast it (obs.astype(np.{space.dtype})) or declare the space with that dtype"
+        )
     if not np.all(np.isfinite(obs)):
         return f"{where} returned an observation with NaN or inf values: {obs}"
     if not space.contains(obs):
-        return (f"{where} returned an observation outside the observation space bounds "
-                f"(low {space.low}, high {space.high}): {obs}; widen the bounds (-np.inf, np.inf are allowed)")
+        return (
+            f"{where} returned an observation outside the observation space bounds "
+            f"(low {space.low}, high {space.high}): {obs}; widen the bounds (-np.inf, np.inf are allowed)"
+        )
     return None
 
 
@@ -92,8 +98,10 @@ def _check_single_env(env: gym.Env, seed: int, steps: int) -> list[CheckResult]:
     try:
         out = env.reset(seed=seed)
         if not (isinstance(out, tuple) and len(out) == 2):
-            raise _Failed(f"reset() must return (obs, info) (Gymnasium >= 0.26 API), got {type(out).__name__}"
-                          + (f" of length {len(out)}" if isinstance(out, tuple) else ""))
+            raise _Failed(
+                f"reset() must return (obs, info) (Gymnasium >= 0.26 API), got {type(out).__name__}"
+                + (f" of length {len(out)}" if isinstance(out, tuple) else "")
+            )
         obs, info = out
         if not isinstance(info, dict):
             raise _Failed(f"reset() returned info of type {type(info).__name__}, expected a dict")
@@ -113,21 +121,26 @@ def _check_single_env(env: gym.Env, seed: int, steps: int) -> list[CheckResult]:
             out = env.step(env.action_space.sample())
             if not (isinstance(out, tuple) and len(out) == 5):
                 n = len(out) if isinstance(out, tuple) else 1
-                raise _Failed(f"step() must return (obs, reward, terminated, truncated, info); it returned {n} "
-                              "value(s)" + (" (the old Gym API with a single done flag)" if n == 4 else ""))
+                raise _Failed(
+                    f"step() must return (obs, reward, terminated, truncated, info); it returned {n} "
+                    "value(s)" + (" (the old Gym API with a single done flag)" if n == 4 else "")
+                )
             obs, reward, terminated, truncated, info = out
             problem = _describe_obs_problem(obs, space, f"step() at step {t}")
             if problem:
                 raise _Failed(problem)
             if isinstance(reward, (bool, np.bool_)) or not isinstance(reward, (numbers.Real, np.floating, np.integer)):
-                raise _Failed(f"step() returned a reward of type {type(reward).__name__} ({reward!r}), expected a "
-                              "Python or numpy float (use float(reward))")
+                raise _Failed(
+                    f"step() returned a reward of type {type(reward).__name__} ({reward!r}), expected a "
+                    "Python or numpy float (use float(reward))"
+                )
             if not np.isfinite(reward):
                 raise _Failed(f"step() returned a non-finite reward {reward} at step {t}")
             for name, flag in (("terminated", terminated), ("truncated", truncated)):
                 if not isinstance(flag, (bool, np.bool_)):
-                    raise _Failed(f"step() returned {name}={flag!r} of type {type(flag).__name__}, expected a bool "
-                                  f"(use bool({name}))")
+                    raise _Failed(
+                        f"step() returned {name}={flag!r} of type {type(flag).__name__}, expected a bool (use bool({name}))"
+                    )
             if not isinstance(info, dict):
                 raise _Failed(f"step() returned info of type {type(info).__name__}, expected a dict")
             if terminated or truncated or (time_limit is not None and t + 1 >= time_limit):
@@ -139,11 +152,15 @@ def _check_single_env(env: gym.Env, seed: int, steps: int) -> list[CheckResult]:
     except Exception as exc:
         return results + [CheckResult("step", False, f"step(action) raised {type(exc).__name__}: {exc}")]
     if ended_at is None:
-        results.append(CheckResult(
-            "episode_end", False,
-            f"no episode ended within {steps} random steps. Register the env with a time limit "
-            "(gymnasium.register(..., max_episode_steps=N)) so that episodes end and agents see resets; "
-            "or pass a larger --steps if its episodes are longer"))
+        results.append(
+            CheckResult(
+                "episode_end",
+                False,
+                f"no episode ended within {steps} random steps. Register the env with a time limit "
+                "(gymnasium.register(..., max_episode_steps=N)) so that episodes end and agents see resets; "
+                "or pass a larger --steps if its episodes are longer",
+            )
+        )
     else:
         results.append(CheckResult("episode_end", True, f"the first random episode ended after {ended_at} steps"))
     return results
@@ -171,8 +188,13 @@ def _check_contract(env_id: str, backend: str, seed: int, steps: int) -> list[Ch
     try:
         vec = make(env_id, num_envs=n, backend=backend, seed=seed)
     except Exception as exc:  # the message of the backend is the explanation
-        return [CheckResult("contract", False, f"envs.make({env_id!r}, num_envs={n}, backend={backend!r}) raised "
-                            f"{type(exc).__name__}: {exc}")]
+        return [
+            CheckResult(
+                "contract",
+                False,
+                f"envs.make({env_id!r}, num_envs={n}, backend={backend!r}) raised {type(exc).__name__}: {exc}",
+            )
+        ]
     obs_shape = vec.single_observation_space.shape
     act_space = vec.single_action_space
     rng = np.random.default_rng(seed)
@@ -187,8 +209,12 @@ def _check_contract(env_id: str, backend: str, seed: int, steps: int) -> list[Ch
         for t in range(steps):
             action = rng.uniform(act_space.low, act_space.high, size=(n, *act_space.shape)).astype(np.float32)
             obs, reward, terminated, truncated, info = vec.step(torch.as_tensor(action))
-            expected = {"obs": (obs, (n, *obs_shape), torch.float32), "reward": (reward, (n,), torch.float32),
-                        "terminated": (terminated, (n,), torch.bool), "truncated": (truncated, (n,), torch.bool)}
+            expected = {
+                "obs": (obs, (n, *obs_shape), torch.float32),
+                "reward": (reward, (n,), torch.float32),
+                "terminated": (terminated, (n,), torch.bool),
+                "truncated": (truncated, (n,), torch.bool),
+            }
             missing = {"final_obs", "done", "episode_return", "episode_length"} - set(info)
             if missing:
                 raise _Failed(f"step() info lacks {sorted(missing)}")
@@ -209,27 +235,38 @@ def _check_contract(env_id: str, backend: str, seed: int, steps: int) -> list[Ch
                 got_len = int(info["episode_length"][i])
                 got_ret = float(info["episode_return"][i])
                 if got_len != episode_length[i]:
-                    raise _Failed(f"sub-env {i} finished after {episode_length[i]} steps but info['episode_length'] "
-                                  f"says {got_len}")
+                    raise _Failed(
+                        f"sub-env {i} finished after {episode_length[i]} steps but info['episode_length'] says {got_len}"
+                    )
                 if not np.isclose(got_ret, episode_return[i], rtol=1e-4, atol=1e-3):
-                    raise _Failed(f"sub-env {i}: info['episode_return'] {got_ret:.4f} is not the sum of its rewards "
-                                  f"{episode_return[i]:.4f}")
+                    raise _Failed(
+                        f"sub-env {i}: info['episode_return'] {got_ret:.4f} is not the sum of its rewards "
+                        f"{episode_return[i]:.4f}"
+                    )
                 if np.array_equal(final_obs[i], obs_np[i]):
                     raise _Failed(
                         f"sub-env {i} finished at step {t} but obs equals final_obs: it was not reset in the same "
                         "step, or reset() returns the observation it ended on. The first observation of an "
-                        "episode must come from reset(); " + SEED_HINT)
+                        "episode must come from reset(); " + SEED_HINT
+                    )
                 ended += 1
             episode_return[done] = 0.0
             episode_length[done] = 0
-        results.append(CheckResult("contract", True, f"tensors of the contract's shapes and dtypes for {steps} steps "
-                                   f"({vec.backend} backend)"))
+        results.append(
+            CheckResult(
+                "contract", True, f"tensors of the contract's shapes and dtypes for {steps} steps ({vec.backend} backend)"
+            )
+        )
         if ended:
-            results.append(CheckResult("autoreset", True, f"{ended} episode ends: same-step reset, final_obs, "
-                                       "episode_return and episode_length correct"))
+            results.append(
+                CheckResult(
+                    "autoreset",
+                    True,
+                    f"{ended} episode ends: same-step reset, final_obs, episode_return and episode_length correct",
+                )
+            )
         else:
-            results.append(CheckResult("autoreset", True, f"not exercised: no episode ended in {steps} steps",
-                                       warning=True))
+            results.append(CheckResult("autoreset", True, f"not exercised: no episode ended in {steps} steps", warning=True))
     except _Failed as exc:
         name = "autoreset" if results or "finished" in str(exc) or "final_obs" in str(exc) else "contract"
         if name == "autoreset":
@@ -254,15 +291,24 @@ def _check_determinism(env_id: str, backend: str, seed: int, steps: int) -> list
         if len(differs):
             t = int(differs[0])
             when = "after reset" if key == "obs" and t == 0 else f"at step {t if key == 'obs' else t + 1}"
-            return [CheckResult("determinism", False,
-                                f"two envs seeded {seed} and given the same actions gave different {key} {when}. "
-                                + SEED_HINT)]
+            return [
+                CheckResult(
+                    "determinism",
+                    False,
+                    f"two envs seeded {seed} and given the same actions gave different {key} {when}. " + SEED_HINT,
+                )
+            ]
     other = _rollout(env_id, backend, seed + 100, actions[:1])
     if np.array_equal(other["obs"][0], first["obs"][0]):
-        return [CheckResult("determinism", True,
-                            f"same seed, same trajectory; but seeds {seed} and {seed + 100} give the same first "
-                            "observation (fine if the initial state is fixed; otherwise reset() ignores its seed: "
-                            + SEED_HINT + ")", warning=True)]
+        return [
+            CheckResult(
+                "determinism",
+                True,
+                f"same seed, same trajectory; but seeds {seed} and {seed + 100} give the same first "
+                "observation (fine if the initial state is fixed; otherwise reset() ignores its seed: " + SEED_HINT + ")",
+                warning=True,
+            )
+        ]
     return [CheckResult("determinism", True, f"same seed and actions, same trajectory over {steps} steps")]
 
 
@@ -304,8 +350,13 @@ def check_env(env_id: str, backend: str = "gymnasium", seed: int = 0, steps: int
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m envs.check", description=__doc__.split("\n\n")[0])
     parser.add_argument("env_id", help="registered Gymnasium id, short name, or module:EnvId")
-    parser.add_argument("--import", dest="imports", action="append", default=[],
-                        help="import this module first (it registers the env); repeatable")
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        help="import this module first (it registers the env); repeatable",
+    )
     parser.add_argument("--backend", default="gymnasium", help="backend to check through envs.make (default gymnasium)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=1000, help="random steps to look for episode ends")

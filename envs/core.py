@@ -98,7 +98,7 @@ class TorchVectorEnv(ABC):
         docstring (``final_obs`` equal to ``obs`` where nothing finished).
         """
 
-    def close(self) -> None:  # pragma: no cover - backends without resources need nothing
+    def close(self) -> None:  # noqa: B027 - backends without resources need nothing  # pragma: no cover
         pass
 
     def _from_numpy(self, obs, reward, terminated, truncated, final_obs) -> tuple[torch.Tensor, ...]:

@@ -48,8 +48,12 @@ class EnvpoolVectorEnv(TorchVectorEnv):
 
         # envpool seeds sub-environment i with seed + i, as Gymnasium does.
         self.pool = envpool.make(
-            env_id, env_type="gymnasium", num_envs=num_envs, seed=0 if seed is None else seed,
-            num_threads=num_threads, **env_kwargs,
+            env_id,
+            env_type="gymnasium",
+            num_envs=num_envs,
+            seed=0 if seed is None else seed,
+            num_threads=num_threads,
+            **env_kwargs,
         )
         obs_space = self.pool.observation_space
         # envpool reports float64 spaces; the contract delivers float32.

@@ -31,9 +31,7 @@ class GymnasiumVectorEnv(TorchVectorEnv):
         vector_cls = gym.vector.SyncVectorEnv if vectorization == "sync" else gym.vector.AsyncVectorEnv
         self.vec = vector_cls(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
         try:
-            super().__init__(
-                env_id, num_envs, self.vec.single_observation_space, self.vec.single_action_space, device
-            )
+            super().__init__(env_id, num_envs, self.vec.single_observation_space, self.vec.single_action_space, device)
         except Exception:
             self.vec.close()
             raise

@@ -100,9 +100,14 @@ class MujocoBatchVectorEnv(TorchVectorEnv):
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             view = lambda array: torch.from_numpy(array)  # noqa: E731  (zero-copy, stays live)
             self.state = StateViews(
-                qpos=view(self._qpos), qvel=view(self._qvel), ctrl=view(self._ctrl),
-                xpos=view(b.bind("xpos")), xipos=view(b.bind("xipos")), cinert=view(b.bind("cinert")),
-                cvel=view(b.bind("cvel")), qfrc_actuator=view(b.bind("qfrc_actuator")),
+                qpos=view(self._qpos),
+                qvel=view(self._qvel),
+                ctrl=view(self._ctrl),
+                xpos=view(b.bind("xpos")),
+                xipos=view(b.bind("xipos")),
+                cinert=view(b.bind("cinert")),
+                cvel=view(b.bind("cvel")),
+                qfrc_actuator=view(b.bind("qfrc_actuator")),
                 cfrc_ext=view(self._cfrc_ext),
             )
         self._seed = seed

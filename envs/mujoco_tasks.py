@@ -298,8 +298,16 @@ TASKS: dict[str, type[LocomotionTask]] = {
 }
 
 # Gymnasium kwargs that only concern rendering, which the batched backends do not do.
-RENDER_KWARGS = ("render_mode", "width", "height", "camera_id", "camera_name", "default_camera_config",
-                 "max_geom", "visual_options")
+RENDER_KWARGS = (
+    "render_mode",
+    "width",
+    "height",
+    "camera_id",
+    "camera_name",
+    "default_camera_config",
+    "max_geom",
+    "visual_options",
+)
 
 
 def check_task_request(env_id: str, env_kwargs: dict, backend: str, alternatives: str, error: type[Exception]) -> None:
@@ -333,9 +341,7 @@ def _can_collide(mjm: mujoco.MjModel, g1: int, g2: int) -> bool:
         return False
     filter_parent = not (mjm.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_FILTERPARENT)
     p1, p2 = mjm.body_weldid[mjm.body_parentid[b1]], mjm.body_weldid[mjm.body_parentid[b2]]
-    if filter_parent and b1 != 0 and b2 != 0 and (p1 == b2 or p2 == b1):
-        return False
-    return True
+    return not (filter_parent and b1 != 0 and b2 != 0 and (p1 == b2 or p2 == b1))
 
 
 def contact_buffer_sizes(mjm: mujoco.MjModel) -> tuple[int, int]:

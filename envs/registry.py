@@ -9,8 +9,8 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import gymnasium as gym
 import torch

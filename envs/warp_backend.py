@@ -142,8 +142,15 @@ class WarpVectorEnv(TorchVectorEnv):
         d = self._d
         t = wp.to_torch
         self.state = StateViews(
-            qpos=t(d.qpos), qvel=t(d.qvel), ctrl=t(d.ctrl), xpos=t(d.xpos), xipos=t(d.xipos),
-            cinert=t(d.cinert), cvel=t(d.cvel), qfrc_actuator=t(d.qfrc_actuator), cfrc_ext=t(d.cfrc_ext),
+            qpos=t(d.qpos),
+            qvel=t(d.qvel),
+            ctrl=t(d.ctrl),
+            xpos=t(d.xpos),
+            xipos=t(d.xipos),
+            cinert=t(d.cinert),
+            cvel=t(d.cvel),
+            qfrc_actuator=t(d.qfrc_actuator),
+            cfrc_ext=t(d.cfrc_ext),
         )
         self._qacc_warmstart = t(d.qacc_warmstart)
         self._act = t(d.act) if mjm.na else None
@@ -220,7 +227,8 @@ class WarpVectorEnv(TorchVectorEnv):
             except Exception as err:  # conditional graph nodes need a CUDA 12.4+ driver
                 warnings.warn(
                     f"CUDA graph capture with conditional nodes failed ({err}); capturing the solver's "
-                    "iterations unrolled instead (m.opt.graph_conditional = False)."
+                    "iterations unrolled instead (m.opt.graph_conditional = False).",
+                    stacklevel=2,
                 )
                 self._m.opt.graph_conditional = False
                 self._capture_each()
@@ -255,7 +263,9 @@ class WarpVectorEnv(TorchVectorEnv):
     def _raise_overflow(self) -> None:
         flags = self._overflow.cpu().numpy()
         worlds = np.flatnonzero(flags & self._overflow_bits)
-        kinds = sorted({n for n in _BUFFER_OVERFLOW_NAMES for w in worlds if flags[w] & int(getattr(self._mjw.OverflowType, n))})
+        kinds = sorted(
+            {n for n in _BUFFER_OVERFLOW_NAMES for w in worlds if flags[w] & int(getattr(self._mjw.OverflowType, n))}
+        )
         raise WarpOverflowError(
             f"{self.env_id}: world(s) {worlds[:8].tolist()} overflowed MuJoCo Warp's buffers ({', '.join(kinds)}): "
             f"contacts or constraint rows were dropped. The buffers hold nconmax={self.nconmax} contacts and "

@@ -14,8 +14,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 def agent_command(agent: str, run_dir: Path, *flags: str) -> list[str]:
     return [
-        sys.executable, str(REPO / "agents" / f"{agent}.py"), "--run-dir", str(run_dir),
-        "--no-progress-bar", "--torch-threads", "1", *flags,
+        sys.executable,
+        str(REPO / "agents" / f"{agent}.py"),
+        "--run-dir",
+        str(run_dir),
+        "--no-progress-bar",
+        "--torch-threads",
+        "1",
+        *flags,
     ]
 
 
@@ -41,8 +47,14 @@ def resume_agent(agent: str, run_dir: Path) -> subprocess.CompletedProcess:
 
 def run_until_first_checkpoint_then_kill(agent: str, run_dir: Path, *flags: str) -> None:
     """Start a run, wait for its first checkpoint, then kill it (SIGKILL), as a crash would."""
-    proc = subprocess.Popen(agent_command(agent, run_dir, *flags), cwd=REPO, env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        agent_command(agent, run_dir, *flags),
+        cwd=REPO,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     checkpoint = run_dir / "checkpoint.pt"
     try:
         while not checkpoint.exists():

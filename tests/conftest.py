@@ -18,7 +18,11 @@ def run_agent(tmp_path):
         env = {**os.environ, "CLEANRL_STYLE_RUNS": str(tmp_path / "runs")}
         proc = subprocess.run(
             [sys.executable, str(REPO_ROOT / "agents" / f"{name}.py"), *flags, "--no-progress-bar"],
-            capture_output=True, text=True, env=env, timeout=timeout, cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            cwd=tmp_path,
         )
         if check and proc.returncode != 0:
             raise AssertionError(f"{name} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")

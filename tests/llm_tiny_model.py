@@ -11,8 +11,10 @@ from pathlib import Path
 
 import torch
 
-CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
-          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 
 
 def cached_smollm2_tokenizer_dir() -> Path | None:
@@ -42,10 +44,17 @@ def build_tokenizer():
         raw = Tokenizer(models.BPE())
         raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         raw.decoder = decoders.ByteLevel()
-        raw.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=2000, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-        tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|im_end|>", bos_token="<|im_start|>",
-                                            unk_token="<|endoftext|>")
+        raw.train_from_iterator(
+            texts,
+            trainers.BpeTrainer(
+                vocab_size=2000,
+                special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            ),
+        )
+        tokenizer = PreTrainedTokenizerFast(
+            tokenizer_object=raw, eos_token="<|im_end|>", bos_token="<|im_start|>", unk_token="<|endoftext|>"
+        )
         tokenizer.chat_template = CHATML
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -56,10 +65,19 @@ def build_tiny_model(tokenizer, seed: int = 0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=8192,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                         bos_token_id=tokenizer.bos_token_id, tie_word_embeddings=True)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        tie_word_embeddings=True,
+    )
     return LlamaForCausalLM(config).eval()
 
 

@@ -13,8 +13,19 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "experiments.md"
-TINY_PPO = ["--num-envs", "2", "--num-steps", "64", "--num-minibatches", "4", "--update-epochs", "2",
-            "--total-timesteps", "1024", "--no-progress-bar"]
+TINY_PPO = [
+    "--num-envs",
+    "2",
+    "--num-steps",
+    "64",
+    "--num-minibatches",
+    "4",
+    "--update-epochs",
+    "2",
+    "--total-timesteps",
+    "1024",
+    "--no-progress-bar",
+]
 
 
 def doc_files() -> dict[str, str]:
@@ -56,17 +67,47 @@ def test_the_new_gymnasium_env_passes_the_checker(project):
 
 
 def test_an_agent_trains_on_the_new_env_through_the_launcher(project):
-    proc = run([sys.executable, "train_my_env.py", str(REPO / "agents" / "ppo_nap.py"), "--env", "MyEnv-v0",
-                *TINY_PPO, "--eval-episodes", "2", "--run-dir", "run"], project)
+    proc = run(
+        [
+            sys.executable,
+            "train_my_env.py",
+            str(REPO / "agents" / "ppo_nap.py"),
+            "--env",
+            "MyEnv-v0",
+            *TINY_PPO,
+            "--eval-episodes",
+            "2",
+            "--run-dir",
+            "run",
+        ],
+        project,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert returns_logged(project / "run"), "no episode finished"
     assert "evaluation over 2 episodes" in proc.stdout
 
 
 def test_a_sweep_imports_the_module_that_registers_the_env(project):
-    proc = run([sys.executable, "-m", "cleanrl_style.sweep", "--import", "my_env", "--agents", "ppo_nap", "--envs",
-                "MyEnv-v0", "--seeds", "1", "--sweep-dir", "sweep", "--flags", " ".join([*TINY_PPO, "--eval-episodes", "0"])],
-               project)
+    proc = run(
+        [
+            sys.executable,
+            "-m",
+            "cleanrl_style.sweep",
+            "--import",
+            "my_env",
+            "--agents",
+            "ppo_nap",
+            "--envs",
+            "MyEnv-v0",
+            "--seeds",
+            "1",
+            "--sweep-dir",
+            "sweep",
+            "--flags",
+            " ".join([*TINY_PPO, "--eval-episodes", "0"]),
+        ],
+        project,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert returns_logged(project / "sweep" / "MyEnv-v0__ppo_nap__s1")
 
@@ -90,11 +131,13 @@ assert {t.split for t in tasks} == {"train", "test"}
 messages, _ = env.reset(options={"task_id": 0})
 assert "set_temperature" in messages[0]["content"]  # the schema generated from the docstring is in the prompt
 room = tasks[0].turns[1].gold_calls[0].arguments["room"]
-env.step('<tool_call>{"name": "get_temperature", "arguments": {"room": "%s"}}</tool_call>' % tasks[0].turns[0].gold_calls[0].arguments["room"])
+first_room = tasks[0].turns[0].gold_calls[0].arguments["room"]
+env.step('<tool_call>{"name": "get_temperature", "arguments": {"room": "%s"}}</tool_call>' % first_room)
 env.step("Here you are.")
 env.step('<tool_call>{"name": "set_temperature", "arguments": {"room": "%s", "celsius": 29.5}}</tool_call>' % room)
 _, reward, terminated, _, info = env.step("Done.")
-assert terminated and reward == 0.0 and info["turn_results"][-1]["failed_checks"] == ["state", "response"], info["turn_results"]
+assert terminated and reward == 0.0, info["turn_results"]
+assert info["turn_results"][-1]["failed_checks"] == ["state", "response"], info["turn_results"]
 print("ok")
 """
     proc = run([sys.executable, "-c", script], project)

@@ -15,7 +15,10 @@ def test_checkpoint_round_trip_restores_models_optimizer_and_rng(tmp_path):
     optimizer = torch.optim.Adam(model.parameters())
     model(torch.randn(4, 3)).sum().backward()
     optimizer.step()
-    save_checkpoint(tmp_path / "checkpoint.pt", {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng_states(), "global_step": 7})
+    save_checkpoint(
+        tmp_path / "checkpoint.pt",
+        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng_states(), "global_step": 7},
+    )
     expected = (random.random(), np.random.rand(), torch.rand(1))
 
     loaded = load_checkpoint(tmp_path)  # a run folder works as well as the file

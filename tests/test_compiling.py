@@ -22,6 +22,7 @@ def test_a_failing_compile_warns_with_the_reason_and_runs_eagerly(monkeypatch):
         def compiled(*args):
             calls.append("compiled")
             raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found\nmore detail")
+
         return compiled
 
     monkeypatch.setattr(compiling.torch, "compile", broken_compile)

@@ -36,7 +36,7 @@ def paired(make, size=3):
     torch.manual_seed(0)
     vmapped = Ensemble(make, size, batched=False)
     with torch.no_grad():  # move LayerNorm / custom parameters off their init so they matter
-        for (name, a), (_, b) in zip(sorted(batched.stacked_params().items()), sorted(vmapped.stacked_params().items())):
+        for (_name, a), (_, b) in zip(sorted(batched.stacked_params().items()), sorted(vmapped.stacked_params().items())):
             noise = 0.1 * torch.randn_like(a)
             a.add_(noise)
             b.add_(noise)

@@ -88,9 +88,15 @@ class ResetKeepsState(PointEnv):
 
 
 ENVS = {
-    "CheckPoint-v0": PointEnv, "CheckDiscrete-v0": DiscreteActions, "CheckWrongShape-v0": WrongShape,
-    "CheckWrongDtype-v0": WrongDtype, "CheckResetNoInfo-v0": ResetWithoutInfo, "CheckOldStep-v0": OldStepApi,
-    "CheckArrayReward-v0": ArrayReward, "CheckIgnoresSeed-v0": IgnoresSeed, "CheckResetKeeps-v0": ResetKeepsState,
+    "CheckPoint-v0": PointEnv,
+    "CheckDiscrete-v0": DiscreteActions,
+    "CheckWrongShape-v0": WrongShape,
+    "CheckWrongDtype-v0": WrongDtype,
+    "CheckResetNoInfo-v0": ResetWithoutInfo,
+    "CheckOldStep-v0": OldStepApi,
+    "CheckArrayReward-v0": ArrayReward,
+    "CheckIgnoresSeed-v0": IgnoresSeed,
+    "CheckResetKeeps-v0": ResetKeepsState,
 }
 for env_id, cls in ENVS.items():
     if env_id not in gym.registry:
@@ -106,7 +112,16 @@ def failures(env_id: str) -> dict[str, str]:
 def test_a_good_env_passes_every_check():
     results = check_env("CheckPoint-v0", steps=300)
     assert [r.name for r in results] == [
-        "registered", "make", "spaces", "reset", "step", "episode_end", "contract", "autoreset", "determinism"]
+        "registered",
+        "make",
+        "spaces",
+        "reset",
+        "step",
+        "episode_end",
+        "contract",
+        "autoreset",
+        "determinism",
+    ]
     assert all(r.ok and not r.warning for r in results), [r.line() for r in results]
 
 

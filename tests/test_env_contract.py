@@ -20,7 +20,9 @@ def _rollout(backend: str, env_id="Hopper", num_envs=3, steps=200, seed=0):
         # actions beyond the bounds: the contract clips them
         action = torch.rand(num_envs, act_dim, generator=generator) * 3 - 1.5
         obs, reward, terminated, truncated, info = vec.step(action)
-        for key, value in zip(("obs", "reward", "terminated", "truncated", "info"), (obs, reward, terminated, truncated, info)):
+        for key, value in zip(
+            ("obs", "reward", "terminated", "truncated", "info"), (obs, reward, terminated, truncated, info)
+        ):
             record[key].append(value)
     vec.close()
     return vec, record
@@ -129,7 +131,9 @@ def test_short_names_map_to_current_gymnasium_ids():
 def test_auto_picks_the_fastest_backend_that_supports_the_env():
     assert envs.make("Hopper", 1).backend == "mujoco"  # the five locomotion tasks: MuJoCo's own batch
     assert envs.make("InvertedPendulum", 1).backend == "envpool"  # other MuJoCo ids envpool implements
-    gym.register("ContractTestPendulum-v0", entry_point="gymnasium.envs.classic_control.pendulum:PendulumEnv", max_episode_steps=50)
+    gym.register(
+        "ContractTestPendulum-v0", entry_point="gymnasium.envs.classic_control.pendulum:PendulumEnv", max_episode_steps=50
+    )
     assert envs.make("ContractTestPendulum-v0", 1).backend == "gymnasium"
 
 

@@ -11,10 +11,11 @@ pytest.importorskip("transformers")
 
 import rc_grpo  # noqa: E402
 import turnsight  # noqa: E402
+from llm_tiny_model import build_tiny_model, build_tokenizer  # noqa: E402
+
 from cleanrl_style.llm_model import add_special_tokens  # noqa: E402
 from cleanrl_style.llm_rollout import collect_rollouts, encode  # noqa: E402
 from envs.text import TaskSet  # noqa: E402
-from llm_tiny_model import build_tiny_model, build_tokenizer  # noqa: E402
 
 HIGH, LOW = rc_grpo.HIGH_REWARD, rc_grpo.LOW_REWARD
 
@@ -55,7 +56,7 @@ def test_rctp_data_is_one_to_one_and_each_token_sits_in_the_first_user_message(t
     for ids, mask in zip(sequences, masks):
         assert ids.count(high) + ids.count(low) == 1
         at = ids.index(high) if high in ids else ids.index(low)
-        first_user = next(j for j in range(len(ids)) if ids[j:j + len(user_header)] == user_header)
+        first_user = next(j for j in range(len(ids)) if ids[j : j + len(user_header)] == user_header)
         assert first_user < at < mask.index(True)  # inside the first user message, before any assistant token
         assert not mask[at]  # a conditioning token, never a target
         labels.append(ids[at] == high)
@@ -74,8 +75,15 @@ def test_each_rollout_is_conditioned_on_its_own_token(tasks):
     model = build_tiny_model(tokenizer)
     high, low = add_special_tokens(model, tokenizer, [HIGH, LOW])
     tokens = [HIGH, LOW, LOW]
-    rollouts, _ = collect_rollouts(model, tokenizer, tasks, [tasks.task_ids[0]] * 3, first_user_suffixes=[" " + t for t in tokens],
-                                   max_new_tokens=3, max_assistant_messages=1)
+    rollouts, _ = collect_rollouts(
+        model,
+        tokenizer,
+        tasks,
+        [tasks.task_ids[0]] * 3,
+        first_user_suffixes=[" " + t for t in tokens],
+        max_new_tokens=3,
+        max_assistant_messages=1,
+    )
     for r, token in zip(rollouts, tokens):
         wanted, other = (high, low) if token == HIGH else (low, high)
         assert other not in r.tokens
@@ -88,13 +96,15 @@ def test_each_rollout_is_conditioned_on_its_own_token(tasks):
 
 
 def test_horizon_selection_takes_the_majority_sign_and_its_largest_score():
-    gaps = torch.tensor([
-        [0.2, -0.1, 0.5],   # majority +: 0.5 (d=3)
-        [-0.3, -0.6, 0.9],  # majority -: -0.6 (d=2), although |0.9| is larger
-        [0.1, 0.2, 0.3],    # all agree: 0.3
-        [0.0, 0.1, -0.1],   # no majority: 0
-        [-0.4, -0.2, -0.1],  # all agree: -0.4 (d=1)
-    ])
+    gaps = torch.tensor(
+        [
+            [0.2, -0.1, 0.5],  # majority +: 0.5 (d=3)
+            [-0.3, -0.6, 0.9],  # majority -: -0.6 (d=2), although |0.9| is larger
+            [0.1, 0.2, 0.3],  # all agree: 0.3
+            [0.0, 0.1, -0.1],  # no majority: 0
+            [-0.4, -0.2, -0.1],  # all agree: -0.4 (d=1)
+        ]
+    )
     chosen, index, agree = turnsight.select_horizon(gaps)
     torch.testing.assert_close(chosen, torch.tensor([0.5, -0.6, 0.3, 0.0, -0.4]))
     assert index.tolist() == [2, 1, 2, -1, 0]
@@ -124,7 +134,7 @@ def test_weights_reward_hindsight_agreement_and_sharpen_penalties():
     z = torch.tensor([2.0, -2.0])
     up = turnsight.modulation_weights(torch.tensor([1.0, 1.0]), z, 0.5)
     down = turnsight.modulation_weights(torch.tensor([-1.0, -1.0]), z, 0.5)
-    assert up[0] > 1 > up[1]      # A > 0: turns the hindsight teacher endorses get more credit
+    assert up[0] > 1 > up[1]  # A > 0: turns the hindsight teacher endorses get more credit
     assert down[1] > 1 > down[0]  # A < 0: turns the teacher disowns get more of the blame
 
 
@@ -151,14 +161,14 @@ def test_turnsight_advantages_modulate_each_turn_without_flipping_signs(tokenize
     token_adv, stats = turnsight.turnsight_advantages(policy, teacher, tokenizer, rollouts, advantages, 2, args)
     for r, a, adv in zip(rollouts, advantages, token_adv):
         for turn in r.turns:
-            span = adv[turn.start:turn.end]
+            span = adv[turn.start : turn.end]
             assert (span == span[0]).all()  # one value per turn
             assert torch.sign(span[0]) == torch.sign(a)
             if a != 0:
                 assert 1 - args.lam * args.eps_w <= (span[0] / a).item() <= 1 + args.lam * args.eps_w
         outside = torch.ones(len(r.tokens), dtype=torch.bool)
         for turn in r.turns:
-            outside[turn.start:turn.end] = False
+            outside[turn.start : turn.end] = False
         assert (adv[outside] == a).all()
     assert 1 - args.eps_w <= stats["turnsight/weight_min"] <= stats["turnsight/weight_max"] <= 1 + args.eps_w
     assert stats["turnsight/modulated_turns"] == sum(len(r.turns) for r in rollouts[:3])

@@ -13,11 +13,19 @@ import torch
 
 pytest.importorskip("transformers")
 
-from cleanrl_style.llm_losses import (group_advantages, group_reward_std, pad_batch, ppo_clip_token_loss, ppo_update,  # noqa: E402
-                                      token_logprobs, zero_variance_fraction)
+from llm_tiny_model import build_tiny_model, build_tokenizer  # noqa: E402
+
+from cleanrl_style.llm_losses import (
+    group_advantages,
+    group_reward_std,
+    pad_batch,
+    ppo_clip_token_loss,
+    ppo_update,  # noqa: E402
+    token_logprobs,
+    zero_variance_fraction,
+)
 from cleanrl_style.llm_rollout import collect_rollouts, encode, stop_token_ids, tokenize_conversation  # noqa: E402
 from envs.text import ExpertPolicy, TaskSet, ToolUseEnv, rollout  # noqa: E402
-from llm_tiny_model import build_tiny_model, build_tokenizer  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +60,7 @@ class ScriptedLM(torch.nn.Module):
         for ids, attention in zip(input_ids.tolist(), attention_mask.tolist()):
             ids = [t for t, a in zip(ids, attention) if a]
             h = self.assistant_header
-            k = sum(ids[j:j + len(h)] == h for j in range(len(ids))) - 1  # the generation prompt is one of them
+            k = sum(ids[j : j + len(h)] == h for j in range(len(ids))) - 1  # the generation prompt is one of them
             rows.append(self.responses[k][:max_new_tokens])
         width = max(len(r) for r in rows)
         new = torch.tensor([r + [self.pad_id] * (width - len(r)) for r in rows])
@@ -83,7 +91,7 @@ def test_policy_mask_covers_exactly_the_generated_assistant_tokens(tokenizer, ta
         policy_tokens = [t for t, m in zip(r.tokens, r.policy_mask) if m]
         assert policy_tokens == [t for response in model.responses for t in response]
         for turn, response in zip(r.turns, model.responses):  # each turn's span is exactly its generated message
-            assert r.tokens[turn.start:turn.end] == response and all(r.policy_mask[turn.start:turn.end])
+            assert r.tokens[turn.start : turn.end] == response and all(r.policy_mask[turn.start : turn.end])
     assert timing["generated_tokens"] == 2 * sum(len(x) for x in model.responses)
 
 
@@ -113,8 +121,9 @@ def test_rollouts_are_cut_at_the_assistant_message_limit(tokenizer, tiny, tasks)
 
 
 def test_token_logprobs_equal_a_full_softmax_at_masked_positions(tokenizer, tiny):
-    batch = pad_batch([[5, 6, 7, 8, 9], [10, 11, 12]], [[False, False, True, True, False], [False, True, True]],
-                      tokenizer.pad_token_id)
+    batch = pad_batch(
+        [[5, 6, 7, 8, 9], [10, 11, 12]], [[False, False, True, True, False], [False, True, True]], tokenizer.pad_token_id
+    )
     with torch.no_grad():
         logp = token_logprobs(tiny, batch.input_ids, batch.attention_mask, batch.mask)
         full = torch.log_softmax(tiny(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float(), -1)
@@ -173,8 +182,12 @@ def test_stop_tokens_include_the_chat_end_of_turn(tokenizer):
 def test_shared_prefix_prefill_gives_the_same_greedy_tokens(tokenizer, tiny, tasks, monkeypatch):
     import cleanrl_style.llm_rollout as llm_rollout
 
-    rows = [encode(tokenizer, text) for text in ("<|im_start|>system\nYou are a banker.<|im_end|>\n" * 3 + tail
-                                                   for tail in ("hello", "a longer second tail", "x"))]
+    rows = [
+        encode(tokenizer, text)
+        for text in (
+            "<|im_start|>system\nYou are a banker.<|im_end|>\n" * 3 + tail for tail in ("hello", "a longer second tail", "x")
+        )
+    ]
     assert llm_rollout._shared_prefix_length(rows) >= llm_rollout.MIN_SHARED_PREFIX
     assert llm_rollout._shared_prefix_length([[1, 2, 3], [1, 2, 3]]) == 2  # one token of each row is left to feed
     kwargs = dict(max_new_tokens=5, temperature=1.0, top_p=1.0, greedy=True)

@@ -12,8 +12,11 @@ from envs.mujoco_tasks import TASKS
 
 def _gymnasium_reference(env_id: str, num_envs: int, **kwargs):
     return gym.make_vec(
-        env_id, num_envs=num_envs, vectorization_mode="sync",
-        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **kwargs,
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+        **kwargs,
     )
 
 

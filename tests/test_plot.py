@@ -12,7 +12,15 @@ import numpy as np
 import pytest
 
 from cleanrl_style.plot import (
-    REFERENCE_CSV, aggregate_rows, bootstrap_ci, curves_on_grid, iqm, load_runs, make_all, summary_rows, with_reference,
+    REFERENCE_CSV,
+    aggregate_rows,
+    bootstrap_ci,
+    curves_on_grid,
+    iqm,
+    load_runs,
+    make_all,
+    summary_rows,
+    with_reference,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,8 +127,18 @@ def test_an_env_every_run_scored_the_same_on_is_left_out_of_the_aggregate(synthe
     for seed in (1, 2):  # both lines solve InvertedPendulum equally: it cannot tell them apart
         for nap in (True, False):
             rows = [(step, step / 10, "charts/episodic_return", 1000.0) for step in STEPS]
-            write_run(synthetic_runs / f"IP__{nap}__{seed}", {"env": "InvertedPendulum", "seed": seed,
-                      "exp_name": "ppo_nap", "nap": nap, "learning_rate": 3e-4, "run_dir": ""}, rows)
+            write_run(
+                synthetic_runs / f"IP__{nap}__{seed}",
+                {
+                    "env": "InvertedPendulum",
+                    "seed": seed,
+                    "exp_name": "ppo_nap",
+                    "nap": nap,
+                    "learning_rate": 3e-4,
+                    "run_dir": "",
+                },
+                rows,
+            )
     rows = {r["agent"]: r for r in aggregate_rows(load_runs([synthetic_runs]))}
     assert rows["ppo_nap nap=True"]["env_names"] == "Hopper Walker2d"
     assert rows["ppo_nap nap=True"]["runs"] == 8
@@ -132,8 +150,23 @@ def is_png(path: Path) -> bool:
 
 def test_the_command_writes_every_figure_and_table_from_synthetic_logs(synthetic_runs, tmp_path):
     out = tmp_path / "plots"
-    proc = subprocess.run([sys.executable, "-m", "cleanrl_style.plot", str(synthetic_runs), "--out", str(out),
-                           "--n-boot", "200", "--estimator", "iqm"], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cleanrl_style.plot",
+            str(synthetic_runs),
+            "--out",
+            str(out),
+            "--n-boot",
+            "200",
+            "--estimator",
+            "iqm",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     for name in ("curves_steps.png", "curves_time.png", "aggregate.png", "nap_Hopper-v5.png", "nap_Walker2d-v5.png"):
         assert is_png(out / name), name
@@ -148,8 +181,10 @@ def test_llm_figure_reads_success_rate_and_zero_variance_fraction(tmp_path):
     for seed in (1, 2):
         rows = []
         for step in range(1, 21):
-            rows += [(step, step * 3.0, "charts/success_rate", min(1.0, step / 20 + 0.05 * seed)),
-                     (step, step * 3.0, "charts/zero_variance_fraction", 1.0 - step / 25)]
+            rows += [
+                (step, step * 3.0, "charts/success_rate", min(1.0, step / 20 + 0.05 * seed)),
+                (step, step * 3.0, "charts/zero_variance_fraction", 1.0 - step / 25),
+            ]
             if step % 5 == 0:
                 rows.append((step, step * 3.0, "charts/test_success_rate", step / 25))
         write_run(root / f"tools__grpo__{seed}", {"env": "ToolUse-calculator", "seed": seed, "exp_name": "grpo"}, rows)
@@ -174,8 +209,12 @@ def reference_final_by_hand(algorithm: str, env_id: str, budget: float) -> list[
 
 def test_published_curves_alone_are_drawn_at_the_budget_every_algorithm_reached(tmp_path):
     out = tmp_path / "plots"
-    proc = subprocess.run([sys.executable, "-m", "cleanrl_style.plot", "--reference", "--envs", "Hopper",
-                           "--out", str(out), "--n-boot", "200"], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cleanrl_style.plot", "--reference", "--envs", "Hopper", "--out", str(out), "--n-boot", "200"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert is_png(out / "curves_steps.png") and is_png(out / "aggregate.png")
     with open(out / "summary.csv") as f:

@@ -6,11 +6,11 @@ import time
 
 import pytest
 import torch
+from conftest import REPO_ROOT
 
 from cleanrl_style import load_checkpoint
 from cleanrl_style.evaluate import evaluate_run
 from cleanrl_style.logger import read_progress
-from conftest import REPO_ROOT
 
 FAST = ["--env", "InvertedPendulum", "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "4", "--update-epochs", "2"]
 
@@ -23,8 +23,21 @@ def _steps_are_unique_and_increasing(series):
 
 def test_ppo_nap_learns_inverted_pendulum(run_agent, tmp_path):
     run_dir = tmp_path / "learn"
-    run_agent("ppo_nap", "--env", "InvertedPendulum", "--num-envs", "4", "--num-steps", "128",
-              "--total-timesteps", "8192", "--eval-episodes", "5", "--run-dir", str(run_dir))
+    run_agent(
+        "ppo_nap",
+        "--env",
+        "InvertedPendulum",
+        "--num-envs",
+        "4",
+        "--num-steps",
+        "128",
+        "--total-timesteps",
+        "8192",
+        "--eval-episodes",
+        "5",
+        "--run-dir",
+        str(run_dir),
+    )
     series = read_progress(run_dir)
     first_return = series["charts/episodic_return"][0][2]
     eval_return = series["eval/return_mean"][-1][2]
@@ -42,7 +55,18 @@ def test_ppo_nap_learns_inverted_pendulum(run_agent, tmp_path):
 
 def test_plain_baseline_flags_remove_layer_norm_and_projection(run_agent, tmp_path):
     run_dir = tmp_path / "plain"
-    run_agent("ppo_nap", *FAST, "--total-timesteps", "256", "--eval-episodes", "0", "--no-nap", "--no-layer-norm", "--run-dir", str(run_dir))
+    run_agent(
+        "ppo_nap",
+        *FAST,
+        "--total-timesteps",
+        "256",
+        "--eval-episodes",
+        "0",
+        "--no-nap",
+        "--no-layer-norm",
+        "--run-dir",
+        str(run_dir),
+    )
     state = load_checkpoint(run_dir)["agent"]
     assert not any("weight" in k and state[k].dim() == 1 and "logstd" not in k for k in state)  # no LayerNorm params
     series = read_progress(run_dir)
@@ -53,8 +77,20 @@ def test_plain_baseline_flags_remove_layer_norm_and_projection(run_agent, tmp_pa
 def test_killed_run_resumes_with_same_step_count_and_intact_csv(tmp_path):
     run_dir = tmp_path / "killed"
     env = {**os.environ, "CLEANRL_STYLE_RUNS": str(tmp_path / "runs")}
-    cmd = [sys.executable, str(REPO_ROOT / "agents" / "ppo_nap.py"), *FAST, "--total-timesteps", "6400",
-           "--checkpoint-every", "1000", "--eval-episodes", "0", "--no-progress-bar", "--run-dir", str(run_dir)]
+    cmd = [
+        sys.executable,
+        str(REPO_ROOT / "agents" / "ppo_nap.py"),
+        *FAST,
+        "--total-timesteps",
+        "6400",
+        "--checkpoint-every",
+        "1000",
+        "--eval-episodes",
+        "0",
+        "--no-progress-bar",
+        "--run-dir",
+        str(run_dir),
+    ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 300
     while time.time() < deadline:
@@ -67,8 +103,13 @@ def test_killed_run_resumes_with_same_step_count_and_intact_csv(tmp_path):
     killed_at = load_checkpoint(run_dir)["global_step"]
     assert 2048 <= killed_at < 6400
 
-    resumed = subprocess.run([sys.executable, str(REPO_ROOT / "agents" / "ppo_nap.py"), "--resume", str(run_dir), "--no-progress-bar"],
-                             env=env, capture_output=True, text=True, timeout=600)
+    resumed = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "agents" / "ppo_nap.py"), "--resume", str(run_dir), "--no-progress-bar"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert load_checkpoint(run_dir)["global_step"] == 6400  # 50 iterations of 128 steps
     series = read_progress(run_dir)
@@ -95,16 +136,20 @@ def test_evaluate_cli_reports_mean_and_std(run_agent, tmp_path):
     resumed = run_agent("ppo_nap", "--resume", str(run_dir))
     assert "already evaluated at step 256" in resumed.stdout
     assert len(read_progress(run_dir)["eval/return_mean"]) == 1
-    out = subprocess.run([sys.executable, "-m", "cleanrl_style.evaluate", str(run_dir), "--episodes", "2"],
-                         capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "cleanrl_style.evaluate", str(run_dir), "--episodes", "2"],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     assert "over 2 episodes" in out.stdout and "+-" in out.stdout
 
 
 def test_written_out_gaussian_matches_torch_distributions():
-    from torch.distributions import Normal
-
     from ppo_nap import Agent, Args
+    from torch.distributions import Normal
 
     agent = Agent(5, 3, Args())
     with torch.no_grad():
@@ -124,8 +169,20 @@ def test_compiled_minibatch_loss_trains_like_the_eager_one(run_agent, tmp_path):
     for mode in ("eager", "compiled"):
         run_dir = tmp_path / mode
         flags = ["--compile", "on" if mode == "compiled" else "off"]
-        run_agent("ppo_nap", *FAST, "--total-timesteps", "128", "--eval-episodes", "0", "--seed", "3",
-                  "--run-dir", str(run_dir), *flags, timeout=900)
+        run_agent(
+            "ppo_nap",
+            *FAST,
+            "--total-timesteps",
+            "128",
+            "--eval-episodes",
+            "0",
+            "--seed",
+            "3",
+            "--run-dir",
+            str(run_dir),
+            *flags,
+            timeout=900,
+        )
         states[mode] = load_checkpoint(run_dir)["agent"]
         kl[mode] = read_progress(run_dir)["losses/approx_kl"][-1][2]
     assert kl["eager"] > 0  # the policy moved during the update

@@ -13,8 +13,14 @@ def fill(buffer, n, num_envs=1):
     """Add ``n`` transitions whose reward is their insertion number, ``num_envs`` per call."""
     for start in range(0, n, num_envs):
         k = torch.arange(start, start + num_envs, dtype=torch.float32)
-        buffer.add(k[:, None].repeat(1, 3), k[:, None], k, k[:, None].repeat(1, 3) + 0.5,
-                   torch.zeros(num_envs, dtype=torch.bool), torch.zeros(num_envs, dtype=torch.bool))
+        buffer.add(
+            k[:, None].repeat(1, 3),
+            k[:, None],
+            k,
+            k[:, None].repeat(1, 3) + 0.5,
+            torch.zeros(num_envs, dtype=torch.bool),
+            torch.zeros(num_envs, dtype=torch.bool),
+        )
 
 
 def test_fading_weight_matches_hand_values():

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-
 from agent_runs import resume_agent, run_agent, run_until_first_checkpoint_then_kill
+
 from cleanrl_style.checkpoint import load_checkpoint
 from cleanrl_style.evaluate import evaluate_run, import_agent
 from cleanrl_style.logger import read_progress
@@ -20,15 +20,22 @@ def make_agent(**overrides):
 
 def test_soft_q_target_by_hand():
     next_q = torch.tensor([[5.0, 1.0], [3.0, 2.0]])  # two critics, two transitions
-    target = sac.soft_q_target(torch.tensor([1.0, 1.0]), torch.tensor([0.0, 0.0]), next_q,
-                               torch.tensor([-1.0, 0.5]), torch.tensor(0.2), gamma=0.9)
+    target = sac.soft_q_target(
+        torch.tensor([1.0, 1.0]), torch.tensor([0.0, 0.0]), next_q, torch.tensor([-1.0, 0.5]), torch.tensor(0.2), gamma=0.9
+    )
     # r + gamma * (min_k Q_k - alpha * logp)
     assert target.tolist() == pytest.approx([1 + 0.9 * (3.0 + 0.2), 1 + 0.9 * (1.0 - 0.1)])
 
 
 def test_termination_stops_the_bootstrap():
-    target = sac.soft_q_target(torch.tensor([2.0]), torch.tensor([1.0]), torch.tensor([[7.0], [9.0]]),
-                               torch.tensor([0.3]), torch.tensor(0.5), gamma=0.99)
+    target = sac.soft_q_target(
+        torch.tensor([2.0]),
+        torch.tensor([1.0]),
+        torch.tensor([[7.0], [9.0]]),
+        torch.tensor([0.3]),
+        torch.tensor(0.5),
+        gamma=0.99,
+    )
     assert target.tolist() == [2.0]
 
 
@@ -53,7 +60,11 @@ def test_log_std_maps_onto_its_bounds():
     last = agent.actor.net[-1]
     with torch.no_grad():
         last.weight.zero_()
-        for raw, expected in [(0.0, (args.log_std_min + args.log_std_max) / 2), (50.0, args.log_std_max), (-50.0, args.log_std_min)]:
+        for raw, expected in [
+            (0.0, (args.log_std_min + args.log_std_max) / 2),
+            (50.0, args.log_std_max),
+            (-50.0, args.log_std_min),
+        ]:
             last.bias.fill_(raw)
             _, log_std = agent.actor(torch.zeros(1, 3))
             assert log_std.item() == pytest.approx(expected)
@@ -83,7 +94,9 @@ def test_critic_ensemble_is_one_batched_call_equal_to_its_members():
 
 def _hidden_norms(agent):
     members = agent.critic.members()
-    return [m[i].weight.norm().item() for m in members for i in (0, 3)] + [agent.actor.net[i].weight.norm().item() for i in (0, 3)]
+    return [m[i].weight.norm().item() for m in members for i in (0, 3)] + [
+        agent.actor.net[i].weight.norm().item() for i in (0, 3)
+    ]
 
 
 @pytest.mark.parametrize("nap", [True, False])
@@ -91,8 +104,14 @@ def test_nap_keeps_every_hidden_layer_at_its_initial_norm(nap):
     torch.manual_seed(0)
     agent, learner, args = make_agent(nap=nap, policy_lr=1e-2, q_lr=1e-2)
     buffer = ReplayBuffer(64, (3,), (1,))
-    buffer.add(torch.randn(64, 3), torch.rand(64, 1) * 4 - 2, torch.randn(64) * 10, torch.randn(64, 3),
-               torch.zeros(64, dtype=torch.bool), torch.zeros(64, dtype=torch.bool))
+    buffer.add(
+        torch.randn(64, 3),
+        torch.rand(64, 1) * 4 - 2,
+        torch.randn(64) * 10,
+        torch.randn(64, 3),
+        torch.zeros(64, dtype=torch.bool),
+        torch.zeros(64, dtype=torch.bool),
+    )
     before = _hidden_norms(agent)
     for _ in range(30):
         learner.update(buffer.sample(args.batch_size))
@@ -104,9 +123,26 @@ def test_nap_keeps_every_hidden_layer_at_its_initial_norm(nap):
 
 
 def test_sac_nap_learns_pendulum(tmp_path):
-    run_agent("sac_nap", tmp_path / "run", "--env", "Pendulum", "--total-timesteps", "4000", "--learning-starts", "500",
-              "--hidden-sizes", "64", "64", "--batch-size", "64", "--no-anneal-lr", "--eval-episodes", "5",
-              "--log-every", "1000")
+    run_agent(
+        "sac_nap",
+        tmp_path / "run",
+        "--env",
+        "Pendulum",
+        "--total-timesteps",
+        "4000",
+        "--learning-starts",
+        "500",
+        "--hidden-sizes",
+        "64",
+        "64",
+        "--batch-size",
+        "64",
+        "--no-anneal-lr",
+        "--eval-episodes",
+        "5",
+        "--log-every",
+        "1000",
+    )
     progress = read_progress(tmp_path / "run")
     final = progress["eval/return_mean"][-1][2]
     first_returns = [v for _, _, v in progress["charts/episodic_return"][:5]]  # random warm-up: about -1200
@@ -118,9 +154,27 @@ def test_sac_nap_learns_pendulum(tmp_path):
 def test_sac_nap_resumes_a_killed_run_with_its_buffer(tmp_path):
     run_dir = tmp_path / "run"
     run_until_first_checkpoint_then_kill(
-        "sac_nap", run_dir, "--env", "Pendulum", "--total-timesteps", "1500", "--learning-starts", "200",
-        "--hidden-sizes", "16", "16", "--batch-size", "16", "--checkpoint-every", "500", "--save-buffer",
-        "--eval-episodes", "0", "--log-every", "100")
+        "sac_nap",
+        run_dir,
+        "--env",
+        "Pendulum",
+        "--total-timesteps",
+        "1500",
+        "--learning-starts",
+        "200",
+        "--hidden-sizes",
+        "16",
+        "16",
+        "--batch-size",
+        "16",
+        "--checkpoint-every",
+        "500",
+        "--save-buffer",
+        "--eval-episodes",
+        "0",
+        "--log-every",
+        "100",
+    )
     first = load_checkpoint(run_dir)
     assert first["global_step"] < 1500 and len(first["buffer"]["rewards"]) == first["global_step"]
     resume_agent("sac_nap", run_dir)

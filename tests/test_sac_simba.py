@@ -4,8 +4,8 @@ import math
 
 import pytest
 import torch
-
 from agent_runs import resume_agent, run_agent, run_until_first_checkpoint_then_kill
+
 from cleanrl_style import SimbaBlock
 from cleanrl_style.checkpoint import load_checkpoint
 from cleanrl_style.evaluate import evaluate_run, import_agent
@@ -53,7 +53,12 @@ def test_optimizers_and_temperature_follow_the_papers_defaults():
     assert agent.log_alpha.exp().item() == pytest.approx(0.01)
     assert learner.target_entropy == -3.0  # -|A| / 2
     assert (args.tau, args.batch_size, args.buffer_size, args.learning_starts, args.updates_per_step) == (
-        0.005, 256, 1_000_000, 5_000, 2.0)
+        0.005,
+        256,
+        1_000_000,
+        5_000,
+        2.0,
+    )
 
 
 @pytest.mark.parametrize("raw", [-3.0, -0.5, 0.0, 0.7, 4.0])
@@ -105,10 +110,34 @@ def test_critic_target_bootstraps_through_truncation_not_termination():
 
 
 def test_sac_simba_learns_pendulum(tmp_path):
-    run_agent("sac_simba", tmp_path / "run", "--env", "Pendulum", "--total-timesteps", "3500", "--learning-starts", "500",
-              "--actor-width", "32", "--critic-width", "32", "--critic-blocks", "1", "--batch-size", "64",
-              "--updates-per-step", "1", "--learning-rate", "1e-3", "--alpha-lr", "1e-3", "--eval-episodes", "5",
-              "--log-every", "1000")
+    run_agent(
+        "sac_simba",
+        tmp_path / "run",
+        "--env",
+        "Pendulum",
+        "--total-timesteps",
+        "3500",
+        "--learning-starts",
+        "500",
+        "--actor-width",
+        "32",
+        "--critic-width",
+        "32",
+        "--critic-blocks",
+        "1",
+        "--batch-size",
+        "64",
+        "--updates-per-step",
+        "1",
+        "--learning-rate",
+        "1e-3",
+        "--alpha-lr",
+        "1e-3",
+        "--eval-episodes",
+        "5",
+        "--log-every",
+        "1000",
+    )
     progress = read_progress(tmp_path / "run")
     final = progress["eval/return_mean"][-1][2]
     first_returns = [v for _, _, v in progress["charts/episodic_return"][:5]]
@@ -119,9 +148,32 @@ def test_sac_simba_learns_pendulum(tmp_path):
 def test_sac_simba_resumes_a_killed_run(tmp_path):
     run_dir = tmp_path / "run"
     run_until_first_checkpoint_then_kill(
-        "sac_simba", run_dir, "--env", "Hopper", "--total-timesteps", "600", "--learning-starts", "100",
-        "--actor-width", "16", "--critic-width", "16", "--critic-blocks", "1", "--batch-size", "16",
-        "--updates-per-step", "1", "--checkpoint-every", "200", "--save-buffer", "--eval-episodes", "0", "--log-every", "100")
+        "sac_simba",
+        run_dir,
+        "--env",
+        "Hopper",
+        "--total-timesteps",
+        "600",
+        "--learning-starts",
+        "100",
+        "--actor-width",
+        "16",
+        "--critic-width",
+        "16",
+        "--critic-blocks",
+        "1",
+        "--batch-size",
+        "16",
+        "--updates-per-step",
+        "1",
+        "--checkpoint-every",
+        "200",
+        "--save-buffer",
+        "--eval-episodes",
+        "0",
+        "--log-every",
+        "100",
+    )
     first = load_checkpoint(run_dir)
     assert first["global_step"] < 600
     assert first["agent"]["clipped_double_q"].item() == 1  # Hopper terminates: clipped double-Q chosen

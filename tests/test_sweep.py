@@ -61,9 +61,26 @@ def tiny_agent(tmp_path) -> Path:
 
 
 def sweep_command(agent: Path, sweep_dir: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "cleanrl_style.sweep", "--agents", str(agent), "--envs", "InvertedPendulum",
-            "Pendulum", "--seeds", "1", "2", "--sweep-dir", str(sweep_dir), "--workers", "2",
-            "--flags", "--total-timesteps 200 --checkpoint-every 50 --eval-episodes 0", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "cleanrl_style.sweep",
+        "--agents",
+        str(agent),
+        "--envs",
+        "InvertedPendulum",
+        "Pendulum",
+        "--seeds",
+        "1",
+        "2",
+        "--sweep-dir",
+        str(sweep_dir),
+        "--workers",
+        "2",
+        "--flags",
+        "--total-timesteps 200 --checkpoint-every 50 --eval-episodes 0",
+        *extra,
+    ]
 
 
 def run_sweep(agent: Path, sweep_dir: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -112,10 +129,30 @@ def test_a_sweep_completes_and_a_second_invocation_does_nothing(tiny_agent, tmp_
 def test_grid_values_reach_the_agent_as_flags_and_a_failing_run_is_reported_with_its_log(tiny_agent, tmp_path):
     sweep_dir = tmp_path / "sweep"
     proc = subprocess.run(
-        [sys.executable, "-m", "cleanrl_style.sweep", "--agents", str(tiny_agent), "--envs", "Pendulum", "NoSuchEnv",
-         "--seeds", "3", "--grid", "bonus=0.5,2", "--sweep-dir", str(sweep_dir), "--workers", "2",
-         "--flags", "--total-timesteps 20 --eval-episodes 0"],
-        cwd=REPO, capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "cleanrl_style.sweep",
+            "--agents",
+            str(tiny_agent),
+            "--envs",
+            "Pendulum",
+            "NoSuchEnv",
+            "--seeds",
+            "3",
+            "--grid",
+            "bonus=0.5,2",
+            "--sweep-dir",
+            str(sweep_dir),
+            "--workers",
+            "2",
+            "--flags",
+            "--total-timesteps 20 --eval-episodes 0",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     for bonus in (0.5, 2.0):
         run_dir = sweep_dir / f"Pendulum__tiny_agent__bonus-{bonus:g}__s3"
         assert json.loads((run_dir / "args.json").read_text())["bonus"] == bonus
@@ -130,9 +167,15 @@ def test_grid_values_reach_the_agent_as_flags_and_a_failing_run_is_reported_with
 def test_a_sweep_killed_midway_finishes_on_restart_without_duplicated_or_missing_rows(tiny_agent, tmp_path):
     sweep_dir = tmp_path / "sweep"
     # Its own session, so that the kill takes the sweep and its runs at once, as a crash of the machine would.
-    proc = subprocess.Popen(sweep_command(tiny_agent, sweep_dir, "--flags",
-                                          "--total-timesteps 200 --checkpoint-every 50 --eval-episodes 0 --step-sleep 0.1"),
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        sweep_command(
+            tiny_agent, sweep_dir, "--flags", "--total-timesteps 200 --checkpoint-every 50 --eval-episodes 0 --step-sleep 0.1"
+        ),
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + 120
         while time.time() < deadline:  # until some run has a checkpoint and rows past it
@@ -158,8 +201,13 @@ def test_the_ray_launcher_runs_the_same_grid_on_a_ray_cluster(tiny_agent, tmp_pa
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         address = ray.get_runtime_context().gcs_address
-        proc = subprocess.run(sweep_command(tiny_agent, tmp_path / "sweep", "--launcher", "ray", "--ray-address", address),
-                              cwd=REPO, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            sweep_command(tiny_agent, tmp_path / "sweep", "--launcher", "ray", "--ray-address", address),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         ray.shutdown()
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -8,7 +8,7 @@ compiles MuJoCo Warp's kernels (a few minutes; cached in ~/.cache/warp afterward
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import gymnasium as gym
@@ -20,9 +20,9 @@ import torch
 pytest.importorskip("mujoco_warp")
 
 import envs  # noqa: E402
+from envs.mujoco_tasks import TASKS, contact_buffer_sizes  # noqa: E402
 from envs.registry import choose_backend  # noqa: E402
 from envs.warp_backend import WarpOverflowError, WarpUnsupportedError, WarpVectorEnv  # noqa: E402
-from envs.mujoco_tasks import TASKS, contact_buffer_sizes  # noqa: E402
 
 ASSETS = Path(gym.__file__).parent / "envs" / "mujoco" / "assets"
 NUM_STATES = 16
@@ -35,7 +35,7 @@ NUM_STATES = 16
 DYNAMICS_PARITY = [e for e in TASKS if e != "Ant-v5"]
 
 
-@lru_cache(maxsize=None)
+@cache
 def gymnasium_rollout(env_id: str, seed: int = 0):
     """``NUM_STATES`` (pre-step state, action, obs, reward, terminated, info, ncon) from Gymnasium.
 
@@ -94,7 +94,7 @@ def test_definitions_match_gymnasium(env_id):
     # States that stay healthy: a reset in the step would run a forward pass over all worlds.
     records = [r for r in gymnasium_rollout(env_id)[1] if not r[4]][:NUM_STATES]
     gym_env = gym.make(env_id).unwrapped
-    m, d = gym_env.model, gym_env.data
+    _m, d = gym_env.model, gym_env.data
     with WarpVectorEnv(env_id, len(records), seed=0) as env:
         env.reset(seed=0)
         env.set_state(*(np.stack([r[0][i] for r in records]) for i in range(3)))
@@ -239,9 +239,11 @@ def test_constraint_buffer_overflow_raises():
     records, _ = gymnasium_rollout("Hopper-v5")
     in_contact = [r for r in records if r[7] > 4][:2]
     assert in_contact
-    with WarpVectorEnv("Hopper-v5", len(in_contact), seed=0, njmax=2) as env:
-        with pytest.raises(WarpOverflowError, match="njmax=2"):
-            load_and_step(env, in_contact)
+    with (
+        WarpVectorEnv("Hopper-v5", len(in_contact), seed=0, njmax=2) as env,
+        pytest.raises(WarpOverflowError, match="njmax=2"),
+    ):
+        load_and_step(env, in_contact)
 
 
 @pytest.mark.parametrize("env_id", list(TASKS))
@@ -272,7 +274,25 @@ def test_make_runs_an_episode_through_the_contract():
 
 
 def test_ppo_nap_smoke_run_on_warp(run_agent, tmp_path):
-    run_agent("ppo_nap", "--env", "Hopper", "--backend", "warp", "--num-envs", "4", "--num-steps", "8",
-              "--total-timesteps", "64", "--num-minibatches", "2", "--update-epochs", "1", "--eval-episodes", "0",
-              "--run-dir", str(tmp_path / "run"))
+    run_agent(
+        "ppo_nap",
+        "--env",
+        "Hopper",
+        "--backend",
+        "warp",
+        "--num-envs",
+        "4",
+        "--num-steps",
+        "8",
+        "--total-timesteps",
+        "64",
+        "--num-minibatches",
+        "2",
+        "--update-epochs",
+        "1",
+        "--eval-episodes",
+        "0",
+        "--run-dir",
+        str(tmp_path / "run"),
+    )
     assert "charts/SPS" in (tmp_path / "run" / "progress.csv").read_text()

@@ -21,15 +21,45 @@ from envs.text.tasks import VARIANTS, Task, TaskSet, Turn, generate_task, split_
 from envs.text.tir_env import Problem, ProblemSet, PythonReasoningEnv, PythonReasoningExpert
 from envs.text.vector import TextVectorEnv, make_tool_use_vector_env
 
-for _env_id, _entry_point in (("text/ToolUse-v0", "envs.text.env:ToolUseEnv"),
-                              ("text/PythonReasoning-v0", "envs.text.tir_env:PythonReasoningEnv")):
+for _env_id, _entry_point in (
+    ("text/ToolUse-v0", "envs.text.env:ToolUseEnv"),
+    ("text/PythonReasoning-v0", "envs.text.tir_env:PythonReasoningEnv"),
+):
     if _env_id not in gym.registry:
         gym.register(id=_env_id, entry_point=_entry_point, disable_env_checker=True)  # the checker expects arrays
 
 __all__ = [
-    "SUITES", "SYSTEM_PROMPT", "VARIANTS", "CallParseError", "ExpertPolicy", "NoisyPolicy", "Problem", "ProblemSet",
-    "PythonReasoningEnv", "PythonReasoningExpert", "PythonSandbox", "SandboxLimits", "SandboxResult", "Task", "TaskSet",
-    "TextVectorEnv", "ToolCall", "ToolSuite", "ToolUseEnv", "Trajectory", "Turn", "TurnChecker", "TurnResult", "World",
-    "format_calls", "function_schema", "generate_task", "load_jsonl", "make_tool_use_vector_env", "parse_tool_calls",
-    "rollout", "save_jsonl", "split_of",
+    "SUITES",
+    "SYSTEM_PROMPT",
+    "VARIANTS",
+    "CallParseError",
+    "ExpertPolicy",
+    "NoisyPolicy",
+    "Problem",
+    "ProblemSet",
+    "PythonReasoningEnv",
+    "PythonReasoningExpert",
+    "PythonSandbox",
+    "SandboxLimits",
+    "SandboxResult",
+    "Task",
+    "TaskSet",
+    "TextVectorEnv",
+    "ToolCall",
+    "ToolSuite",
+    "ToolUseEnv",
+    "Trajectory",
+    "Turn",
+    "TurnChecker",
+    "TurnResult",
+    "World",
+    "format_calls",
+    "function_schema",
+    "generate_task",
+    "load_jsonl",
+    "make_tool_use_vector_env",
+    "parse_tool_calls",
+    "rollout",
+    "save_jsonl",
+    "split_of",
 ]

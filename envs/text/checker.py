@@ -63,8 +63,12 @@ class TurnResult:
 def state_differences(model: World, gold: World) -> list[str]:
     """``suite.attribute`` names whose values differ between two worlds."""
     model_state, gold_state = model.public_state(), gold.public_state()
-    return [f"{suite}.{key}" for suite in gold_state for key in gold_state[suite]
-            if model_state.get(suite, {}).get(key) != gold_state[suite][key]]
+    return [
+        f"{suite}.{key}"
+        for suite in gold_state
+        for key in gold_state[suite]
+        if model_state.get(suite, {}).get(key) != gold_state[suite][key]
+    ]
 
 
 class TurnChecker:
@@ -75,8 +79,14 @@ class TurnChecker:
         self.gold_world = task.build_world()
         self.results: list[TurnResult] = []
 
-    def check_turn(self, turn_index: int, model_world: World, model_calls: list[ToolCall],
-                   model_results: list[Any], truncated: bool = False) -> TurnResult:
+    def check_turn(
+        self,
+        turn_index: int,
+        model_world: World,
+        model_calls: list[ToolCall],
+        model_results: list[Any],
+        truncated: bool = False,
+    ) -> TurnResult:
         """Judge turn ``turn_index``.
 
         Args:
@@ -93,10 +103,27 @@ class TurnChecker:
         empty_turn_ok = bool(gold_calls) or not model_calls
         made = Counter(canonical(c.to_dict()) for c in model_calls)
         calls_match = not (Counter(canonical(c.to_dict()) for c in gold_calls) - made)
-        failed = [name for name, ok in (("state", state_ok), ("response", response_ok), ("empty_turn", empty_turn_ok),
-                                        ("step_limit", not truncated)) if not ok]
-        result = TurnResult(turn_index=turn_index, passed=not failed, state_ok=state_ok, response_ok=response_ok,
-                            empty_turn_ok=empty_turn_ok, calls_match=calls_match, truncated=truncated,
-                            num_model_calls=len(model_calls), failed_checks=failed, state_diff=diff)
+        failed = [
+            name
+            for name, ok in (
+                ("state", state_ok),
+                ("response", response_ok),
+                ("empty_turn", empty_turn_ok),
+                ("step_limit", not truncated),
+            )
+            if not ok
+        ]
+        result = TurnResult(
+            turn_index=turn_index,
+            passed=not failed,
+            state_ok=state_ok,
+            response_ok=response_ok,
+            empty_turn_ok=empty_turn_ok,
+            calls_match=calls_match,
+            truncated=truncated,
+            num_model_calls=len(model_calls),
+            failed_checks=failed,
+            state_diff=diff,
+        )
         self.results.append(result)
         return result

@@ -23,7 +23,8 @@ from __future__ import annotations
 import functools
 import json
 from collections import Counter
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import gymnasium as gym
 
@@ -59,7 +60,7 @@ class MessageSpace(gym.Space):
         return isinstance(x, str) and len(x) <= self.max_length
 
     def sample(self, mask: Any = None, probability: Any = None) -> str:
-        return "".join(self.np_random.choice(list("abc <>{}\"")) for _ in range(int(self.np_random.integers(0, 40))))
+        return "".join(self.np_random.choice(list('abc <>{}"')) for _ in range(int(self.np_random.integers(0, 40))))
 
 
 class ConversationSpace(gym.Space):
@@ -69,8 +70,9 @@ class ConversationSpace(gym.Space):
         super().__init__(shape=None, dtype=None)
 
     def contains(self, x: Any) -> bool:
-        return isinstance(x, list) and all(isinstance(m, dict) and isinstance(m.get("role"), str)
-                                           and isinstance(m.get("content"), str) for m in x)
+        return isinstance(x, list) and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in x
+        )
 
     def sample(self, mask: Any = None, probability: Any = None) -> list[Message]:
         return [{"role": "user", "content": "hello"}]
@@ -113,18 +115,33 @@ class ToolUseEnv(gym.Env):
 
     metadata = {"render_modes": ["ansi"]}
 
-    def __init__(self, tasks: TaskSet | Sequence[Task] | None = None, *, split: str | None = "train", num_tasks: int = 1000,
-                 seed: int = 0, suite_groups: Sequence[Sequence[str]] = DEFAULT_SUITE_GROUPS,
-                 variants: Sequence[str] = VARIANTS, max_steps_per_turn: int = 20,
-                 max_tool_result_chars: int = 200_000, system_prompt: str = SYSTEM_PROMPT,
-                 render_mode: str | None = None) -> None:
+    def __init__(
+        self,
+        tasks: TaskSet | Sequence[Task] | None = None,
+        *,
+        split: str | None = "train",
+        num_tasks: int = 1000,
+        seed: int = 0,
+        suite_groups: Sequence[Sequence[str]] = DEFAULT_SUITE_GROUPS,
+        variants: Sequence[str] = VARIANTS,
+        max_steps_per_turn: int = 20,
+        max_tool_result_chars: int = 200_000,
+        system_prompt: str = SYSTEM_PROMPT,
+        render_mode: str | None = None,
+    ) -> None:
         if max_steps_per_turn < 1:
             raise ValueError(f"max_steps_per_turn must be >= 1, got {max_steps_per_turn}")
         if "{tools}" not in system_prompt:
             raise ValueError("system_prompt must contain a {tools} field")
-        self.tasks: TaskSet | list[Task] = tasks if isinstance(tasks, TaskSet) else (
-            list(tasks) if tasks is not None else
-            TaskSet(num_tasks=num_tasks, seed=seed, suite_groups=suite_groups, variants=variants, split=split))
+        self.tasks: TaskSet | list[Task] = (
+            tasks
+            if isinstance(tasks, TaskSet)
+            else (
+                list(tasks)
+                if tasks is not None
+                else TaskSet(num_tasks=num_tasks, seed=seed, suite_groups=suite_groups, variants=variants, split=split)
+            )
+        )
         if len(self.tasks) == 0:
             raise ValueError("no tasks")
         self.max_steps_per_turn = max_steps_per_turn
@@ -179,9 +196,15 @@ class ToolUseEnv(gym.Env):
     def _info(self) -> dict[str, Any]:
         assert self.task is not None
         return {
-            "task": self.task, "task_id": self.task.task_id, "variant": self.task.variant,
-            "turn_index": self.turn_index, "num_turns": len(self.task.turns), "steps_in_turn": self.steps_in_turn,
-            "errors": dict(self.errors), "num_errors": sum(self.errors.values()), "num_tool_calls": self.num_tool_calls,
+            "task": self.task,
+            "task_id": self.task.task_id,
+            "variant": self.task.variant,
+            "turn_index": self.turn_index,
+            "num_turns": len(self.task.turns),
+            "steps_in_turn": self.steps_in_turn,
+            "errors": dict(self.errors),
+            "num_errors": sum(self.errors.values()),
+            "num_tool_calls": self.num_tool_calls,
             "turn_results": list(self.turn_verdicts),
         }
 
@@ -197,7 +220,9 @@ class ToolUseEnv(gym.Env):
         self.done = False
         first_available = self.task.available_tools(0, self.world)
         suite_types = tuple(type(suite) for suite in self.world.suites.values())
-        self.messages = [{"role": "system", "content": _system_prompt(self.system_prompt, suite_types, frozenset(first_available))}]
+        self.messages = [
+            {"role": "system", "content": _system_prompt(self.system_prompt, suite_types, frozenset(first_available))}
+        ]
         self._start_turn(0)
         return list(self.messages), self._info()
 
@@ -214,7 +239,9 @@ class ToolUseEnv(gym.Env):
                 result = self.world.execute(item, self.available)
             except CallFailed as failure:
                 self.errors[failure.kind] += 1
-                self.messages.append(tool_message(item.name, {"name": item.name, "error": str(failure)}, self.max_tool_result_chars))
+                self.messages.append(
+                    tool_message(item.name, {"name": item.name, "error": str(failure)}, self.max_tool_result_chars)
+                )
                 continue
             self.turn_results.append(result)
             self.messages.append(tool_message(item.name, {"name": item.name, "result": result}, self.max_tool_result_chars))
@@ -234,7 +261,9 @@ class ToolUseEnv(gym.Env):
             self._run_calls(action)
             self.steps_in_turn += 1
             if self.steps_in_turn >= self.max_steps_per_turn:
-                result = self.checker.check_turn(self.turn_index, self.world, self.turn_calls, self.turn_results, truncated=True)
+                result = self.checker.check_turn(
+                    self.turn_index, self.world, self.turn_calls, self.turn_results, truncated=True
+                )
                 self.turn_verdicts.append(result.to_dict())
                 info_extra["turn_result"] = self.turn_verdicts[-1]
                 truncated = True

@@ -92,7 +92,9 @@ def parse_tool_calls(message: str) -> list[ParsedItem]:
     bodies = _CALL_PATTERN.findall(message)
     items: list[ParsedItem] = [_decode_call(b) for b in bodies[:MAX_CALLS_PER_MESSAGE]]
     if len(bodies) > MAX_CALLS_PER_MESSAGE:
-        items.append(CallParseError(raw="", reason=f"more than {MAX_CALLS_PER_MESSAGE} calls in one message; the rest were ignored"))
+        items.append(
+            CallParseError(raw="", reason=f"more than {MAX_CALLS_PER_MESSAGE} calls in one message; the rest were ignored")
+        )
     return items
 
 

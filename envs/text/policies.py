@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import Any, Protocol
 
 from envs.text.parsing import ToolCall, format_calls
 from envs.text.suites import SUITES
@@ -190,8 +191,9 @@ class Trajectory:
         return asdict(self)
 
 
-def rollout(env: Any, policy: Policy, *, seed: int | None = None, options: dict[str, Any] | None = None,
-            max_messages: int = 1000) -> Trajectory:
+def rollout(
+    env: Any, policy: Policy, *, seed: int | None = None, options: dict[str, Any] | None = None, max_messages: int = 1000
+) -> Trajectory:
     """Run one episode of ``env`` (``ToolUseEnv`` or ``PythonReasoningEnv``) with ``policy``; return it."""
     observation, info = env.reset(seed=seed, options=options)
     reward, terminated, truncated = 0.0, False, False
@@ -200,11 +202,17 @@ def rollout(env: Any, policy: Policy, *, seed: int | None = None, options: dict[
         if terminated or truncated:
             break
     task: Task | None = info.get("task")
-    return Trajectory(task_id=task.task_id if task else int(info.get("problem_id", -1)),
-                      variant=task.variant if task else "python_reasoning",
-                      suites=list(task.suites) if task else ["python"], messages=observation,
-                      reward=float(reward), truncated=bool(truncated), turn_results=info.get("turn_results", []),
-                      errors=info["errors"], mistakes=[asdict(m) for m in getattr(policy, "mistakes", [])])
+    return Trajectory(
+        task_id=task.task_id if task else int(info.get("problem_id", -1)),
+        variant=task.variant if task else "python_reasoning",
+        suites=list(task.suites) if task else ["python"],
+        messages=observation,
+        reward=float(reward),
+        truncated=bool(truncated),
+        turn_results=info.get("turn_results", []),
+        errors=info["errors"],
+        mistakes=[asdict(m) for m in getattr(policy, "mistakes", [])],
+    )
 
 
 def save_jsonl(trajectories: Iterable[Trajectory], path: str | Path) -> int:

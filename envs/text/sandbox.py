@@ -36,6 +36,7 @@ the child imports the modules in ``SandboxLimits.preload`` before it drops privi
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
@@ -49,8 +50,25 @@ import time
 from dataclasses import dataclass, field
 
 NOBODY_UID = NOBODY_GID = 65534
-DEFAULT_PRELOAD = ("math", "cmath", "fractions", "decimal", "statistics", "itertools", "functools", "collections",
-                   "heapq", "bisect", "random", "re", "string", "json", "datetime", "operator", "numbers")
+DEFAULT_PRELOAD = (
+    "math",
+    "cmath",
+    "fractions",
+    "decimal",
+    "statistics",
+    "itertools",
+    "functools",
+    "collections",
+    "heapq",
+    "bisect",
+    "random",
+    "re",
+    "string",
+    "json",
+    "datetime",
+    "operator",
+    "numbers",
+)
 
 
 @dataclass(frozen=True)
@@ -79,7 +97,9 @@ class SandboxLimits:
     open_files: int = 64
     tmpfs_bytes: int = 64 << 20
     audit_hook: bool = True
-    preload: tuple[str, ...] = field(default_factory=lambda: DEFAULT_PRELOAD + (("numpy",) if importlib.util.find_spec("numpy") else ()))
+    preload: tuple[str, ...] = field(
+        default_factory=lambda: DEFAULT_PRELOAD + (("numpy",) if importlib.util.find_spec("numpy") else ())
+    )
 
 
 @dataclass
@@ -110,7 +130,7 @@ class SandboxResult:
 
 
 # The trusted part of the child: set limits, drop privileges, install the audit hook, run the code.
-_RUNNER = r'''
+_RUNNER = r"""
 import json, os, resource, sys
 config = json.loads(sys.argv[1])
 work = config["workdir"]
@@ -174,7 +194,8 @@ def _install(work, read_roots):
     def hook(event, args):
         if event == "open":
             path, mode, flags = (tuple(args) + (None, None, None))[:3]
-            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (isinstance(flags, int) and flags & write_flags)
+            writing = isinstance(mode, str) and any(c in mode for c in "wax+")
+            writing = writing or (isinstance(flags, int) and flags & write_flags)
             if not inside(path, (work,) if writing else read_roots):
                 raise PermissionError(f"sandbox: {'writing' if writing else 'reading'} {path!r} is not allowed")
         elif event in denied:
@@ -185,8 +206,9 @@ def _install(work, read_roots):
             for path in args[:2]:
                 if isinstance(path, (str, bytes, os.PathLike)) and not inside(path, (work,)):
                     raise PermissionError(f"sandbox: {event} on {path!r} is not allowed")
-        elif event in read_events and args and isinstance(args[0], (str, bytes, os.PathLike)) and not inside(args[0], read_roots):
-            raise PermissionError(f"sandbox: {event} on {args[0]!r} is not allowed")
+        elif event in read_events and args and isinstance(args[0], (str, bytes, os.PathLike)):
+            if not inside(args[0], read_roots):
+                raise PermissionError(f"sandbox: {event} on {args[0]!r} is not allowed")
     _sys.addaudithook(hook)
 
 for name in ("gc", "ctypes", "_ctypes"):  # imports served from sys.modules raise no audit event
@@ -196,7 +218,7 @@ if config["audit_hook"]:
 del _install, limit, config
 sys.argv = ["main.py"]
 exec(compile(code, "main.py", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
-'''
+"""
 
 
 @functools.lru_cache(maxsize=1)
@@ -211,10 +233,8 @@ def namespaces_available() -> bool:
 
 
 def _kill_group(process: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class PythonSandbox:
@@ -232,8 +252,15 @@ class PythonSandbox:
         self.uses_namespaces = self.is_root and namespaces_available()
 
     def _environment(self, workdir: str) -> dict[str, str]:
-        return {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8",
-                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        return {
+            "PATH": "/usr/bin:/bin",
+            "HOME": workdir,
+            "TMPDIR": workdir,
+            "LANG": "C.UTF-8",
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+        }
 
     def run(self, code: str) -> SandboxResult:
         """Execute ``code`` as a script; never raises for anything the code does."""
@@ -247,17 +274,34 @@ class PythonSandbox:
                 f.write(code)
             if self.is_root:
                 os.chown(workdir, NOBODY_UID, NOBODY_GID)
-            config = {"workdir": workdir, "cpu_seconds": limits.cpu_seconds, "memory_bytes": limits.memory_bytes,
-                      "file_bytes": limits.file_bytes, "open_files": limits.open_files, "preload": list(limits.preload),
-                      "uid": NOBODY_UID, "gid": NOBODY_GID, "audit_hook": limits.audit_hook, "tmpfs_bytes": limits.tmpfs_bytes if self.uses_namespaces else 0}
+            config = {
+                "workdir": workdir,
+                "cpu_seconds": limits.cpu_seconds,
+                "memory_bytes": limits.memory_bytes,
+                "file_bytes": limits.file_bytes,
+                "open_files": limits.open_files,
+                "preload": list(limits.preload),
+                "uid": NOBODY_UID,
+                "gid": NOBODY_GID,
+                "audit_hook": limits.audit_hook,
+                "tmpfs_bytes": limits.tmpfs_bytes if self.uses_namespaces else 0,
+            }
             command = [self.python, "-I", "-c", _RUNNER, json.dumps(config)]
             if self.uses_namespaces:
                 command = ["unshare", "--net", "--mount", "--"] + command
             output_path = os.path.join(private, "output.txt")
             start = time.monotonic()
             with open(output_path, "wb") as output_file:
-                process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output_file, stderr=subprocess.STDOUT,
-                                           cwd=workdir, env=self._environment(workdir), start_new_session=True, close_fds=True)
+                process = subprocess.Popen(
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=output_file,
+                    stderr=subprocess.STDOUT,
+                    cwd=workdir,
+                    env=self._environment(workdir),
+                    start_new_session=True,
+                    close_fds=True,
+                )
                 timed_out = False
                 try:
                     process.wait(timeout=limits.wall_seconds)
@@ -280,7 +324,13 @@ class PythonSandbox:
                 reason = "output or file size limit"
             elif code_ is not None and code_ < 0:
                 reason = f"signal {-code_}"
-            return SandboxResult(output=text[: limits.output_chars], exit_code=code_, timed_out=timed_out,
-                                 killed_reason=reason, output_truncated=truncated, seconds=seconds)
+            return SandboxResult(
+                output=text[: limits.output_chars],
+                exit_code=code_,
+                timed_out=timed_out,
+                killed_reason=reason,
+                output_truncated=truncated,
+                seconds=seconds,
+            )
         finally:
             shutil.rmtree(private, ignore_errors=True)

@@ -29,7 +29,8 @@ import inspect
 import re
 import types
 import typing
-from typing import Any, Callable, Union
+from collections.abc import Callable
+from typing import Any, Union
 
 JsonDict = dict[str, Any]
 
@@ -42,7 +43,7 @@ _PRIMITIVE_JSON_TYPES: dict[type, str] = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _signature_info(function: Callable[..., Any]) -> tuple[dict[str, Any], dict[str, inspect.Parameter]]:
     """(type hints, parameters without self) of a plain function; cached, as tools never change."""
     params = {p.name: p for p in inspect.signature(function).parameters.values() if p.name != "self"}

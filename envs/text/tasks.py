@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from envs.text.parsing import ToolCall
 from envs.text.suites import SUITES, World
@@ -30,8 +31,15 @@ from envs.text.suites.base import copy_plain_data
 
 VARIANTS = ("base", "missing_function", "missing_parameter", "long_context")
 DEFAULT_SUITE_GROUPS: tuple[tuple[str, ...], ...] = (
-    ("filesystem",), ("calculator",), ("messaging",), ("bank",), ("travel",),
-    ("filesystem", "messaging"), ("bank", "messaging"), ("bank", "travel"), ("calculator", "bank"),
+    ("filesystem",),
+    ("calculator",),
+    ("messaging",),
+    ("bank",),
+    ("travel",),
+    ("filesystem", "messaging"),
+    ("bank", "messaging"),
+    ("bank", "travel"),
+    ("calculator", "bank"),
 )
 TEST_FRACTION_PERCENT = 20
 
@@ -103,6 +111,7 @@ def split_of(task_id: int) -> str:
 # Initial states
 # ---------------------------------------------------------------------------------------------
 
+
 def _money(rng: random.Random, low: float, high: float) -> float:
     return round(rng.uniform(low, high), 2)
 
@@ -154,8 +163,13 @@ def _config_bank(rng: random.Random, long: bool) -> dict[str, Any]:
     accounts = dict(zip(names, balances))
     count = 800 if long else rng.randint(2, 5)
     transactions = [
-        {"id": f"T{i + 1:05d}", "kind": rng.choice(["deposit", "withdrawal"]), "account": rng.choice(names),
-         "amount": _money(rng, 5, 400), "counterpart": None}
+        {
+            "id": f"T{i + 1:05d}",
+            "kind": rng.choice(["deposit", "withdrawal"]),
+            "account": rng.choice(names),
+            "amount": _money(rng, 5, 400),
+            "counterpart": None,
+        }
         for i in range(count)
     ]
     return {"accounts": accounts, "transactions": transactions, "next_transaction_id": count + 1}
@@ -167,27 +181,38 @@ def _config_travel(rng: random.Random, long: bool) -> dict[str, Any]:
     flights = []
     for i in range(count):
         origin, destination = rng.choice(routes)
-        flights.append({
-            "flight_id": f"FL{100 + i}", "origin": origin, "destination": destination,
-            "date": f"2025-06-{rng.randint(1, 5):02d}", "price": float(rng.randint(60, 400)), "seats": rng.randint(1, 5),
-        })
+        flights.append(
+            {
+                "flight_id": f"FL{100 + i}",
+                "origin": origin,
+                "destination": destination,
+                "date": f"2025-06-{rng.randint(1, 5):02d}",
+                "price": float(rng.randint(60, 400)),
+                "seats": rng.randint(1, 5),
+            }
+        )
     # A cheap flight with many seats on a day no template asks about: bookable whatever happened
     # before (the noisy policy's "extra call" relies on it).
     origin, destination = routes[0]
-    flights.append({"flight_id": "FL999", "origin": origin, "destination": destination, "date": "2025-06-09",
-                    "price": 25.0, "seats": 99})
+    flights.append(
+        {"flight_id": "FL999", "origin": origin, "destination": destination, "date": "2025-06-09", "price": 25.0, "seats": 99}
+    )
     return {"budget": float(rng.randint(1500, 3000)), "flights": flights, "bookings": {}, "next_booking_id": 1}
 
 
 CONFIG_MAKERS: dict[str, Callable[[random.Random, bool], dict[str, Any]]] = {
-    "filesystem": _config_filesystem, "calculator": _config_calculator, "messaging": _config_messaging,
-    "bank": _config_bank, "travel": _config_travel,
+    "filesystem": _config_filesystem,
+    "calculator": _config_calculator,
+    "messaging": _config_messaging,
+    "bank": _config_bank,
+    "travel": _config_travel,
 }
 
 
 # ---------------------------------------------------------------------------------------------
 # Turn templates: (rng, scratch world) -> Draft or None (when not applicable in this state)
 # ---------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Draft:
@@ -219,8 +244,12 @@ def fs_write(rng: random.Random, world: World) -> Draft:
     name = f"{rng.choice(WORDS)}_{rng.randint(1, 99)}.txt"
     path = f"/home/user/{rng.choice(['docs', 'projects'])}/{name}"
     text = _sentence(rng)
-    return Draft(f"Create the file {path} containing exactly: {text}", [C("write_file", path=path, content=text)],
-                 vague=f"Create the file {path} for me.", clarification=f"It should contain exactly: {text}")
+    return Draft(
+        f"Create the file {path} containing exactly: {text}",
+        [C("write_file", path=path, content=text)],
+        vague=f"Create the file {path} for me.",
+        clarification=f"It should contain exactly: {text}",
+    )
 
 
 def fs_read(rng: random.Random, world: World) -> Draft:
@@ -233,8 +262,12 @@ def fs_move(rng: random.Random, world: World) -> Draft | None:
     if not candidates:
         return None
     path = rng.choice(candidates)
-    return Draft(f"Move {path} into /home/user/projects.", [C("move", source=path, destination="/home/user/projects")],
-                 vague=f"Move {path} into another folder.", clarification="Into /home/user/projects, please.")
+    return Draft(
+        f"Move {path} into /home/user/projects.",
+        [C("move", source=path, destination="/home/user/projects")],
+        vague=f"Move {path} into another folder.",
+        clarification="Into /home/user/projects, please.",
+    )
 
 
 def fs_copy_new_dir(rng: random.Random, world: World) -> Draft | None:
@@ -242,24 +275,36 @@ def fs_copy_new_dir(rng: random.Random, world: World) -> Draft | None:
     if directory in world.suites["filesystem"].directories:
         return None
     path = rng.choice(_fs_files(world))
-    return Draft(f"Make a new directory {directory} and copy {path} into it.",
-                 [C("mkdir", path=directory), C("copy", source=path, destination=directory)])
+    return Draft(
+        f"Make a new directory {directory} and copy {path} into it.",
+        [C("mkdir", path=directory), C("copy", source=path, destination=directory)],
+    )
 
 
 def fs_remove(rng: random.Random, world: World) -> Draft:
     path = rng.choice(_fs_files(world))
-    return Draft(f"Delete the file {path}.", [C("remove", path=path)],
-                 vague="Delete one of my files.", clarification=f"The file is {path}.")
+    return Draft(
+        f"Delete the file {path}.",
+        [C("remove", path=path)],
+        vague="Delete one of my files.",
+        clarification=f"The file is {path}.",
+    )
 
 
 def fs_grep_log(rng: random.Random, world: World) -> Draft:
-    return Draft("Which lines of /home/user/logs/app.log mention ERROR? Also, how many lines does it have?",
-                 [C("grep", path="/home/user/logs/app.log", pattern="ERROR"), C("count_lines", path="/home/user/logs/app.log")],
-                 long_output=True)
+    return Draft(
+        "Which lines of /home/user/logs/app.log mention ERROR? Also, how many lines does it have?",
+        [C("grep", path="/home/user/logs/app.log", pattern="ERROR"), C("count_lines", path="/home/user/logs/app.log")],
+        long_output=True,
+    )
 
 
 def fs_read_log(rng: random.Random, world: World) -> Draft:
-    return Draft("Show me the full contents of /home/user/logs/app.log.", [C("read_file", path="/home/user/logs/app.log")], long_output=True)
+    return Draft(
+        "Show me the full contents of /home/user/logs/app.log.",
+        [C("read_file", path="/home/user/logs/app.log")],
+        long_output=True,
+    )
 
 
 def calc_multiply(rng: random.Random, world: World) -> Draft:
@@ -269,26 +314,38 @@ def calc_multiply(rng: random.Random, world: World) -> Draft:
 
 def calc_add_to_memory(rng: random.Random, world: World) -> Draft:
     a, b = _num(rng), _num(rng)
-    return Draft(f"Add {a} and {b}, then add the result to the memory.", [C("add", a=a, b=b), C("memory_add", value=a + b)],
-                 vague=f"Add {a} to some number, then add the result to the memory.", clarification=f"The other number is {b}.")
+    return Draft(
+        f"Add {a} and {b}, then add the result to the memory.",
+        [C("add", a=a, b=b), C("memory_add", value=a + b)],
+        vague=f"Add {a} to some number, then add the result to the memory.",
+        clarification=f"The other number is {b}.",
+    )
 
 
 def calc_power_round(rng: random.Random, world: World) -> Draft:
     base, exponent = round(rng.uniform(1.1, 3.0), 3), rng.randint(2, 6)
     result = world.suites["calculator"].power(base, float(exponent))
-    return Draft(f"Compute {base} to the power {exponent}, rounded to 2 decimal places.",
-                 [C("power", base=base, exponent=float(exponent)), C("round_number", x=result, digits=2)])
+    return Draft(
+        f"Compute {base} to the power {exponent}, rounded to 2 decimal places.",
+        [C("power", base=base, exponent=float(exponent)), C("round_number", x=result, digits=2)],
+    )
 
 
 def calc_store(rng: random.Random, world: World) -> Draft:
     a, b = _num(rng), rng.choice([3.0, 4.0, 7.0, 8.0])
-    return Draft(f"Divide {a} by {b} and store the result in memory.", [C("divide", a=a, b=b), C("memory_store", value=a / b)],
-                 vague=f"Divide {a} by something and store the result in memory.", clarification=f"Divide it by {b}.")
+    return Draft(
+        f"Divide {a} by {b} and store the result in memory.",
+        [C("divide", a=a, b=b), C("memory_store", value=a / b)],
+        vague=f"Divide {a} by something and store the result in memory.",
+        clarification=f"Divide it by {b}.",
+    )
 
 
 def calc_mean(rng: random.Random, world: World) -> Draft:
     numbers = [_num(rng) for _ in range(rng.randint(3, 6))]
-    return Draft(f"What is the mean of {numbers}? And what is in the memory?", [C("mean", numbers=numbers), C("memory_recall")])
+    return Draft(
+        f"What is the mean of {numbers}? And what is in the memory?", [C("mean", numbers=numbers), C("memory_recall")]
+    )
 
 
 def calc_mean_long(rng: random.Random, world: World) -> Draft:
@@ -299,8 +356,12 @@ def calc_mean_long(rng: random.Random, world: World) -> Draft:
 def msg_send(rng: random.Random, world: World) -> Draft:
     contact = rng.choice(sorted(world.suites["messaging"].contacts))
     text = _sentence(rng)
-    return Draft(f'Send {contact} a message saying "{text}".', [C("send_message", contact=contact, text=text)],
-                 vague=f"Send {contact} a message.", clarification=f'Say: "{text}"')
+    return Draft(
+        f'Send {contact} a message saying "{text}".',
+        [C("send_message", contact=contact, text=text)],
+        vague=f"Send {contact} a message.",
+        clarification=f'Say: "{text}"',
+    )
 
 
 def msg_search(rng: random.Random, world: World) -> Draft:
@@ -311,8 +372,12 @@ def msg_search(rng: random.Random, world: World) -> Draft:
 
 def msg_conversation(rng: random.Random, world: World) -> Draft:
     contact = rng.choice(sorted(world.suites["messaging"].contacts))
-    return Draft(f"Show me my conversation with {contact}.", [C("list_messages", contact=contact)],
-                 vague="Show me my conversation with one of my contacts.", clarification=f"With {contact}.")
+    return Draft(
+        f"Show me my conversation with {contact}.",
+        [C("list_messages", contact=contact)],
+        vague="Show me my conversation with one of my contacts.",
+        clarification=f"With {contact}.",
+    )
 
 
 def msg_add_and_send(rng: random.Random, world: World) -> Draft | None:
@@ -320,8 +385,10 @@ def msg_add_and_send(rng: random.Random, world: World) -> Draft | None:
     if not free:
         return None
     name, user_id, text = rng.choice(free), f"U{rng.randint(1000, 9999)}", _sentence(rng)
-    return Draft(f'Add {name} to my contacts with user id {user_id}, then send them "{text}".',
-                 [C("add_contact", name=name, user_id=user_id), C("send_message", contact=name, text=text)])
+    return Draft(
+        f'Add {name} to my contacts with user id {user_id}, then send them "{text}".',
+        [C("add_contact", name=name, user_id=user_id), C("send_message", contact=name, text=text)],
+    )
 
 
 def msg_delete(rng: random.Random, world: World) -> Draft | None:
@@ -329,8 +396,12 @@ def msg_delete(rng: random.Random, world: World) -> Draft | None:
     if not messages:
         return None
     message = rng.choice(messages)
-    return Draft(f"Delete message {message['id']}.", [C("delete_message", message_id=message["id"])],
-                 vague="Delete one of my messages.", clarification=f"Message {message['id']}.")
+    return Draft(
+        f"Delete message {message['id']}.",
+        [C("delete_message", message_id=message["id"])],
+        vague="Delete one of my messages.",
+        clarification=f"Message {message['id']}.",
+    )
 
 
 def msg_list_all(rng: random.Random, world: World) -> Draft:
@@ -349,14 +420,22 @@ def bank_balance(rng: random.Random, world: World) -> Draft:
 def bank_transfer(rng: random.Random, world: World) -> Draft:
     source, target = rng.sample(sorted(_bank(world).accounts), 2)
     amount = round(rng.uniform(10, _bank(world).accounts[source] / 2), 2)
-    return Draft(f"Transfer {amount} from {source} to {target}.", [C("transfer", source=source, target=target, amount=amount)],
-                 vague=f"Transfer some money from {source} to {target}.", clarification=f"Transfer {amount}.")
+    return Draft(
+        f"Transfer {amount} from {source} to {target}.",
+        [C("transfer", source=source, target=target, amount=amount)],
+        vague=f"Transfer some money from {source} to {target}.",
+        clarification=f"Transfer {amount}.",
+    )
 
 
 def bank_deposit(rng: random.Random, world: World) -> Draft:
     account, amount = rng.choice(sorted(_bank(world).accounts)), _money(rng, 20, 900)
-    return Draft(f"Deposit {amount} into my {account} account and tell me the new balance.", [C("deposit", account=account, amount=amount)],
-                 vague="Deposit my paycheck into my account.", clarification=f"It's {amount}, into {account}.")
+    return Draft(
+        f"Deposit {amount} into my {account} account and tell me the new balance.",
+        [C("deposit", account=account, amount=amount)],
+        vague="Deposit my paycheck into my account.",
+        clarification=f"It's {amount}, into {account}.",
+    )
 
 
 def bank_withdraw(rng: random.Random, world: World) -> Draft:
@@ -367,7 +446,11 @@ def bank_withdraw(rng: random.Random, world: World) -> Draft:
 
 def bank_history(rng: random.Random, world: World) -> Draft:
     account = rng.choice(sorted(_bank(world).accounts))
-    return Draft(f"Show me the last 200 transactions of my {account} account.", [C("list_transactions", account=account, limit=200)], long_output=True)
+    return Draft(
+        f"Show me the last 200 transactions of my {account} account.",
+        [C("list_transactions", account=account, limit=200)],
+        long_output=True,
+    )
 
 
 def _bookable(world: World, margin: float = 60.0) -> list[dict[str, Any]]:
@@ -377,8 +460,10 @@ def _bookable(world: World, margin: float = 60.0) -> list[dict[str, Any]]:
 
 def travel_search(rng: random.Random, world: World) -> Draft:
     flight = rng.choice(world.suites["travel"].flights)
-    return Draft(f"Find flights from {flight['origin']} to {flight['destination']} on {flight['date']}.",
-                 [C("search_flights", origin=flight["origin"], destination=flight["destination"], date=flight["date"])])
+    return Draft(
+        f"Find flights from {flight['origin']} to {flight['destination']} on {flight['date']}.",
+        [C("search_flights", origin=flight["origin"], destination=flight["destination"], date=flight["date"])],
+    )
 
 
 def travel_book(rng: random.Random, world: World) -> Draft | None:
@@ -386,8 +471,12 @@ def travel_book(rng: random.Random, world: World) -> Draft | None:
     if not bookable:
         return None
     flight, passenger = rng.choice(bookable), f"{rng.choice(PEOPLE)} {rng.choice(['Smith', 'Okafor', 'Novak', 'Silva'])}"
-    return Draft(f"Book flight {flight['flight_id']} for {passenger}.", [C("book_flight", flight_id=flight["flight_id"], passenger=passenger)],
-                 vague=f"Book flight {flight['flight_id']}.", clarification=f"The passenger is {passenger}.")
+    return Draft(
+        f"Book flight {flight['flight_id']} for {passenger}.",
+        [C("book_flight", flight_id=flight["flight_id"], passenger=passenger)],
+        vague=f"Book flight {flight['flight_id']}.",
+        clarification=f"The passenger is {passenger}.",
+    )
 
 
 def travel_book_cheapest(rng: random.Random, world: World) -> Draft | None:
@@ -400,9 +489,13 @@ def travel_book_cheapest(rng: random.Random, world: World) -> Draft | None:
     if cheapest not in bookable and not any(b["flight_id"] == cheapest["flight_id"] for b in bookable):
         return None
     passenger = rng.choice(PEOPLE)
-    return Draft(f"Book the cheapest flight from {flight['origin']} to {flight['destination']} on {flight['date']} for {passenger}.",
-                 [C("search_flights", origin=flight["origin"], destination=flight["destination"], date=flight["date"]),
-                  C("book_flight", flight_id=cheapest["flight_id"], passenger=passenger)])
+    return Draft(
+        f"Book the cheapest flight from {flight['origin']} to {flight['destination']} on {flight['date']} for {passenger}.",
+        [
+            C("search_flights", origin=flight["origin"], destination=flight["destination"], date=flight["date"]),
+            C("book_flight", flight_id=cheapest["flight_id"], passenger=passenger),
+        ],
+    )
 
 
 def travel_cancel_last(rng: random.Random, world: World) -> Draft | None:
@@ -410,8 +503,10 @@ def travel_cancel_last(rng: random.Random, world: World) -> Draft | None:
     if not bookings:
         return None
     last = sorted(bookings)[-1]
-    return Draft("Cancel the last booking you made, then tell me my remaining budget.",
-                 [C("cancel_booking", booking_id=last), C("get_budget")])
+    return Draft(
+        "Cancel the last booking you made, then tell me my remaining budget.",
+        [C("cancel_booking", booking_id=last), C("get_budget")],
+    )
 
 
 def travel_budget(rng: random.Random, world: World) -> Draft:
@@ -420,24 +515,31 @@ def travel_budget(rng: random.Random, world: World) -> Draft:
 
 def travel_long_search(rng: random.Random, world: World) -> Draft:
     flight = rng.choice(world.suites["travel"].flights)
-    return Draft(f"List every flight from {flight['origin']} to {flight['destination']}, any day.",
-                 [C("search_flights", origin=flight["origin"], destination=flight["destination"])], long_output=True)
+    return Draft(
+        f"List every flight from {flight['origin']} to {flight['destination']}, any day.",
+        [C("search_flights", origin=flight["origin"], destination=flight["destination"])],
+        long_output=True,
+    )
 
 
 def cross_file_to_contact(rng: random.Random, world: World) -> Draft:
     path = rng.choice(_fs_files(world))
     contact = rng.choice(sorted(world.suites["messaging"].contacts))
     content = world.suites["filesystem"].files[path]
-    return Draft(f"Send {contact} the exact contents of {path} as a message.",
-                 [C("read_file", path=path), C("send_message", contact=contact, text=content)])
+    return Draft(
+        f"Send {contact} the exact contents of {path} as a message.",
+        [C("read_file", path=path), C("send_message", contact=contact, text=content)],
+    )
 
 
 def cross_balance_to_contact(rng: random.Random, world: World) -> Draft:
     account = rng.choice(sorted(_bank(world).accounts))
     contact = rng.choice(sorted(world.suites["messaging"].contacts))
     balance = _bank(world).accounts[account]
-    return Draft(f"Check my {account} balance and send {contact} just the number, exactly as the bank gives it.",
-                 [C("get_balance", account=account), C("send_message", contact=contact, text=str(balance))])
+    return Draft(
+        f"Check my {account} balance and send {contact} just the number, exactly as the bank gives it.",
+        [C("get_balance", account=account), C("send_message", contact=contact, text=str(balance))],
+    )
 
 
 def cross_pay_flight(rng: random.Random, world: World) -> Draft | None:
@@ -447,16 +549,27 @@ def cross_pay_flight(rng: random.Random, world: World) -> Draft | None:
     flight = rng.choice(bookable)
     account = max(_bank(world).accounts, key=_bank(world).accounts.get)
     passenger = rng.choice(PEOPLE)
-    return Draft(f"Book flight {flight['flight_id']} for {passenger} and withdraw its price from my {account} account.",
-                 [C("book_flight", flight_id=flight["flight_id"], passenger=passenger), C("withdraw", account=account, amount=flight["price"])])
+    return Draft(
+        f"Book flight {flight['flight_id']} for {passenger} and withdraw its price from my {account} account.",
+        [
+            C("book_flight", flight_id=flight["flight_id"], passenger=passenger),
+            C("withdraw", account=account, amount=flight["price"]),
+        ],
+    )
 
 
 def cross_mean_balances(rng: random.Random, world: World) -> Draft:
     first, second = rng.sample(sorted(_bank(world).accounts), 2)
     balances = [_bank(world).accounts[first], _bank(world).accounts[second]]
-    return Draft(f"What is the mean of my {first} and {second} balances? Store it in the calculator memory.",
-                 [C("get_balance", account=first), C("get_balance", account=second), C("mean", numbers=balances),
-                  C("memory_store", value=sum(balances) / 2)])
+    return Draft(
+        f"What is the mean of my {first} and {second} balances? Store it in the calculator memory.",
+        [
+            C("get_balance", account=first),
+            C("get_balance", account=second),
+            C("mean", numbers=balances),
+            C("memory_store", value=sum(balances) / 2),
+        ],
+    )
 
 
 TEMPLATES: dict[str, list[Template]] = {
@@ -467,8 +580,11 @@ TEMPLATES: dict[str, list[Template]] = {
     "travel": [travel_search, travel_book, travel_book_cheapest, travel_cancel_last, travel_budget],
 }
 LONG_TEMPLATES: dict[str, list[Template]] = {
-    "filesystem": [fs_grep_log, fs_read_log], "calculator": [calc_mean_long], "messaging": [msg_list_all],
-    "bank": [bank_history], "travel": [travel_long_search],
+    "filesystem": [fs_grep_log, fs_read_log],
+    "calculator": [calc_mean_long],
+    "messaging": [msg_list_all],
+    "bank": [bank_history],
+    "travel": [travel_long_search],
 }
 CROSS_TEMPLATES: dict[frozenset[str], list[Template]] = {
     frozenset({"filesystem", "messaging"}): [cross_file_to_contact],
@@ -481,6 +597,7 @@ CROSS_TEMPLATES: dict[frozenset[str], list[Template]] = {
 # ---------------------------------------------------------------------------------------------
 # The generator
 # ---------------------------------------------------------------------------------------------
+
 
 class TaskGenerationError(RuntimeError):
     """A template produced a gold call that fails: a bug in the templates, never the model's fault."""
@@ -517,8 +634,9 @@ def _draft_turns(rng: random.Random, suites: Sequence[str], world: World, num_tu
     return drafts
 
 
-def generate_task(task_id: int, suites: Sequence[str] = ("bank",), variant: str = "base", seed: int = 0,
-                  num_turns: tuple[int, int] = (2, 4)) -> Task:
+def generate_task(
+    task_id: int, suites: Sequence[str] = ("bank",), variant: str = "base", seed: int = 0, num_turns: tuple[int, int] = (2, 4)
+) -> Task:
     """One task, a pure function of its arguments.
 
     Args:
@@ -547,8 +665,10 @@ def generate_task(task_id: int, suites: Sequence[str] = ("bank",), variant: str 
         if not options:  # force one: redraw the last turn from templates that support vagueness
             return generate_task(task_id, suites, variant, seed + 7919, num_turns)
         i = rng.choice(options)
-        turns[i:i + 1] = [Turn(drafts[i].vague or "", [], kind="missing_parameter"),
-                          Turn(drafts[i].clarification or "", list(drafts[i].calls), kind="follow_up")]
+        turns[i : i + 1] = [
+            Turn(drafts[i].vague or "", [], kind="missing_parameter"),
+            Turn(drafts[i].clarification or "", list(drafts[i].calls), kind="follow_up"),
+        ]
     elif variant == "missing_function":
         options = []
         for i, turn in enumerate(turns):
@@ -556,11 +676,24 @@ def generate_task(task_id: int, suites: Sequence[str] = ("bank",), variant: str 
             options += [(i, c.name) for c in turn.gold_calls if c.name not in earlier]
         i, tool = rng.choice(options)  # turn 0 always qualifies, so options is never empty
         withheld = [tool]
-        turns[i:i + 1] = [Turn(turns[i].user, [], kind="missing_function"),
-                          Turn("You now have the tool you were missing. Please go ahead with my last request.",
-                               list(turns[i].gold_calls), released_tools=[tool], kind="follow_up")]
-    return Task(task_id=task_id, seed=seed, suites=suites, variant=variant, initial_config=copy_plain_data(config),
-                turns=turns, withheld_tools=withheld)
+        turns[i : i + 1] = [
+            Turn(turns[i].user, [], kind="missing_function"),
+            Turn(
+                "You now have the tool you were missing. Please go ahead with my last request.",
+                list(turns[i].gold_calls),
+                released_tools=[tool],
+                kind="follow_up",
+            ),
+        ]
+    return Task(
+        task_id=task_id,
+        seed=seed,
+        suites=suites,
+        variant=variant,
+        initial_config=copy_plain_data(config),
+        turns=turns,
+        withheld_tools=withheld,
+    )
 
 
 class TaskSet:
@@ -574,8 +707,14 @@ class TaskSet:
         split: ``"train"``, ``"test"`` or ``None`` (all ids).
     """
 
-    def __init__(self, num_tasks: int = 1000, seed: int = 0, suite_groups: Sequence[Sequence[str]] = DEFAULT_SUITE_GROUPS,
-                 variants: Sequence[str] = VARIANTS, split: str | None = None) -> None:
+    def __init__(
+        self,
+        num_tasks: int = 1000,
+        seed: int = 0,
+        suite_groups: Sequence[Sequence[str]] = DEFAULT_SUITE_GROUPS,
+        variants: Sequence[str] = VARIANTS,
+        split: str | None = None,
+    ) -> None:
         if split not in (None, "train", "test"):
             raise ValueError(f"split must be 'train', 'test' or None, got {split!r}")
         if num_tasks < 1 or not suite_groups or not variants:

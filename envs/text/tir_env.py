@@ -14,8 +14,9 @@ import json
 import math
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import gymnasium as gym
 
@@ -72,9 +73,11 @@ def _problem(problem_id: int, seed: int) -> Problem:
     if kind == 0:
         n = rng.randint(1000, 20000)
         question = f"What is the sum of all prime numbers below {n}?"
-        code = (f"n = {n}\nsieve = [True] * n\nsieve[0:2] = [False, False]\n"
-                "for i in range(2, int(n ** 0.5) + 1):\n    if sieve[i]:\n        sieve[i*i::i] = [False] * len(sieve[i*i::i])\n"
-                "print(sum(i for i in range(n) if sieve[i]))")
+        code = (
+            f"n = {n}\nsieve = [True] * n\nsieve[0:2] = [False, False]\n"
+            "for i in range(2, int(n ** 0.5) + 1):\n    if sieve[i]:\n        sieve[i*i::i] = [False] * len(sieve[i*i::i])\n"
+            "print(sum(i for i in range(n) if sieve[i]))"
+        )
     elif kind == 1:
         n = rng.randint(10_000, 2_000_000)
         question = f"How many positive divisors does {n} have?"
@@ -93,7 +96,10 @@ def _problem(problem_id: int, seed: int) -> Problem:
         code = f"print(sum(1 for i in range(1, {n} + 1) if i % {a} == 0 or i % {b} == 0))"
     elif kind == 5:
         p, r, y = rng.randint(1000, 50000), rng.choice([1.5, 2.5, 3.0, 4.25, 5.0, 7.5]), rng.randint(3, 30)
-        question = f"{p} dollars are invested at {r}% per year, compounded annually. What are they worth after {y} years, rounded to cents?"
+        question = (
+            f"{p} dollars are invested at {r}% per year, compounded annually. "
+            f"What are they worth after {y} years, rounded to cents?"
+        )
         code = f"print(round({p} * (1 + {r} / 100) ** {y}, 2))"
     else:
         n, k = rng.randint(20, 60), rng.randint(3, 10)
@@ -162,9 +168,17 @@ class PythonReasoningEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, problems: ProblemSet | Sequence[Problem] | None = None, *, split: str | None = "train",
-                 num_problems: int = 700, seed: int = 0, max_tool_turns: int = 8, limits: SandboxLimits | None = None,
-                 system_prompt: str = TIR_SYSTEM_PROMPT) -> None:
+    def __init__(
+        self,
+        problems: ProblemSet | Sequence[Problem] | None = None,
+        *,
+        split: str | None = "train",
+        num_problems: int = 700,
+        seed: int = 0,
+        max_tool_turns: int = 8,
+        limits: SandboxLimits | None = None,
+        system_prompt: str = TIR_SYSTEM_PROMPT,
+    ) -> None:
         if max_tool_turns < 1:
             raise ValueError(f"max_tool_turns must be >= 1, got {max_tool_turns}")
         self.problems = problems if problems is not None else ProblemSet(num_problems, seed, split)
@@ -183,8 +197,11 @@ class PythonReasoningEnv(gym.Env):
         if "problem" in options:
             self.problem = options["problem"]
         elif "problem_id" in options:
-            self.problem = self.problems.get(int(options["problem_id"])) if isinstance(self.problems, ProblemSet) else \
-                next(p for p in self.problems if p.problem_id == int(options["problem_id"]))
+            self.problem = (
+                self.problems.get(int(options["problem_id"]))
+                if isinstance(self.problems, ProblemSet)
+                else next(p for p in self.problems if p.problem_id == int(options["problem_id"]))
+            )
         else:
             pool = self.problems.problem_ids if isinstance(self.problems, ProblemSet) else list(range(len(self.problems)))
             pick = pool[int(self.np_random.integers(len(pool)))]
@@ -202,9 +219,15 @@ class PythonReasoningEnv(gym.Env):
 
     def _info(self) -> dict[str, Any]:
         assert self.problem is not None
-        return {"problem": self.problem, "problem_id": self.problem.problem_id, "tool_turns": self.tool_turns,
-                "errors": dict(self.errors), "num_errors": sum(self.errors.values()),
-                "sandbox_runs": self.sandbox_runs, "sandbox_kills": self.sandbox_kills}
+        return {
+            "problem": self.problem,
+            "problem_id": self.problem.problem_id,
+            "tool_turns": self.tool_turns,
+            "errors": dict(self.errors),
+            "num_errors": sum(self.errors.values()),
+            "sandbox_runs": self.sandbox_runs,
+            "sandbox_kills": self.sandbox_kills,
+        }
 
     def _count(self, kind: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
@@ -217,7 +240,13 @@ class PythonReasoningEnv(gym.Env):
                 continue
             if item.name != "python":
                 self._count("unknown_tool")
-                self.messages.append(tool_message(item.name, {"name": item.name, "error": f"unknown tool {item.name!r}; the only tool is 'python'"}, 20_000))
+                self.messages.append(
+                    tool_message(
+                        item.name,
+                        {"name": item.name, "error": f"unknown tool {item.name!r}; the only tool is 'python'"},
+                        20_000,
+                    )
+                )
                 continue
             problem = validate_arguments(python, item.arguments)
             if problem:
@@ -259,6 +288,10 @@ class PythonReasoningExpert:
     def act(self, observation: list[Message], info: dict[str, Any]) -> str:
         if info["tool_turns"] == 0:
             code = info["problem"].solution_code
-            return "Let me compute it.\n<tool_call>" + json.dumps({"name": "python", "arguments": {"code": code}}) + "</tool_call>"
+            return (
+                "Let me compute it.\n<tool_call>"
+                + json.dumps({"name": "python", "arguments": {"code": code}})
+                + "</tool_call>"
+            )
         last_output = observation[-1]["content"].strip().splitlines()
         return f"The answer is \\boxed{{{last_output[-1] if last_output else ''}}}."

@@ -24,8 +24,9 @@ steps wait on sandbox processes; tool-use steps are pure Python and gain nothing
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -66,8 +67,12 @@ class TextVectorEnv:
             return list(value)
         return [value] * self.num_envs
 
-    def reset(self, *, seed: int | Sequence[int | None] | None = None,
-              options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None) -> tuple[list[Conversation], list[dict[str, Any]]]:
+    def reset(
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
+    ) -> tuple[list[Conversation], list[dict[str, Any]]]:
         """Reset every env. ``seed``: one int (env i gets seed + i) or one per env; ``options``: one
         dict for all or one per env (e.g. the same ``task_id`` for a group)."""
         seeds = [seed + i for i in range(self.num_envs)] if isinstance(seed, int) else self._per_env(seed, "seed")
@@ -77,7 +82,9 @@ class TextVectorEnv:
         self._last = [(obs, False, False, info) for obs, info in results]
         return [r[0] for r in results], [r[1] for r in results]
 
-    def step(self, actions: Sequence[str | None]) -> tuple[list[Conversation], np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+    def step(
+        self, actions: Sequence[str | None]
+    ) -> tuple[list[Conversation], np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
         """Step every env that is not done with its message; returns per-env lists and (num_envs,) arrays."""
         if len(actions) != self.num_envs:
             raise ValueError(f"got {len(actions)} actions for {self.num_envs} envs")

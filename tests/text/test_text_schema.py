@@ -31,7 +31,12 @@ def test_schema_has_name_summary_types_and_required_params():
     assert schema["description"] == "Do an example thing."
     props = schema["parameters"]["properties"]
     assert {k: v["type"] for k, v in props.items()} == {
-        "path": "string", "count": "integer", "ratio": "number", "tags": "array", "strict": "boolean"}
+        "path": "string",
+        "count": "integer",
+        "ratio": "number",
+        "tags": "array",
+        "strict": "boolean",
+    }
     assert props["tags"]["items"] == {"type": "string"}
     assert props["path"]["description"] == "The path to use, continued on a second line."
     assert props["ratio"]["default"] == 0.5
@@ -75,16 +80,19 @@ def test_self_is_not_a_parameter_of_method_schemas():
     assert list(schema["parameters"]["properties"]) == ["source", "target", "amount"]
 
 
-@pytest.mark.parametrize("arguments, problem", [
-    ({"path": "a", "count": 1}, None),
-    ({"path": "a", "count": 1, "ratio": 2}, None),  # an int is a valid number
-    ({"path": "a"}, "missing"),
-    ({"path": "a", "count": "1"}, "type integer"),
-    ({"path": "a", "count": True}, "type integer"),  # bool is not an int in JSON
-    ({"path": "a", "count": 1, "colour": "red"}, "unexpected"),
-    ({"path": "a", "count": 1, "tags": ["x", 2]}, "type array"),
-    (["a", 1], "JSON object"),
-])
+@pytest.mark.parametrize(
+    "arguments, problem",
+    [
+        ({"path": "a", "count": 1}, None),
+        ({"path": "a", "count": 1, "ratio": 2}, None),  # an int is a valid number
+        ({"path": "a"}, "missing"),
+        ({"path": "a", "count": "1"}, "type integer"),
+        ({"path": "a", "count": True}, "type integer"),  # bool is not an int in JSON
+        ({"path": "a", "count": 1, "colour": "red"}, "unexpected"),
+        ({"path": "a", "count": 1, "tags": ["x", 2]}, "type array"),
+        (["a", 1], "JSON object"),
+    ],
+)
 def test_argument_validation(arguments, problem):
     result = validate_arguments(example, arguments)
     assert (result is None) if problem is None else (problem in result)

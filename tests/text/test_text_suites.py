@@ -36,7 +36,7 @@ def test_state_exposes_only_public_attributes():
 
 def test_file_system_never_touches_the_host():
     fs = FileSystem({"cwd": "/"})
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - any refusal will do; what matters is no host read
         fs.read_file("/etc/passwd")  # a host file that exists is unknown to the virtual one
     marker = "/tmp/envs_text_virtual_marker_9f2c.txt"
     fs.mkdir("/tmp")

@@ -42,7 +42,7 @@ def test_missing_function_withholds_a_tool_until_its_follow_up_turn():
     world = task.build_world()
     assert all(tool not in task.available_tools(i, world) for i in range(gap + 1))
     assert tool in task.available_tools(gap + 1, world) and task.turns[gap + 1].released_tools == [tool]
-    assert all(c.name != tool for t in task.turns[:gap + 1] for c in t.gold_calls)
+    assert all(c.name != tool for t in task.turns[: gap + 1] for c in t.gold_calls)
 
 
 def test_long_context_tasks_have_long_tool_outputs():

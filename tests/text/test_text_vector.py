@@ -36,8 +36,9 @@ def test_noisy_group_has_reward_variance():
     observations, infos = vec.reset(seed=0, options={"task_id": 3})
     total = np.zeros(8)
     while not vec.all_done:
-        observations, rewards, *_, infos = vec.step([None if vec.done[i] else p.act(o, info)
-                                                     for i, (p, o, info) in enumerate(zip(policies, observations, infos))])
+        observations, rewards, *_, infos = vec.step(
+            [None if vec.done[i] else p.act(o, info) for i, (p, o, info) in enumerate(zip(policies, observations, infos))]
+        )
         total += rewards
     assert 0 < total.sum() < 8
 
@@ -73,8 +74,9 @@ def test_thread_pool_gives_the_same_results():
         expert = ExpertPolicy()
         rewards_seen = []
         while not vec.all_done:
-            observations, rewards, *_, infos = vec.step([None if vec.done[i] else expert.act(o, info)
-                                                         for i, (o, info) in enumerate(zip(observations, infos))])
+            observations, rewards, *_, infos = vec.step(
+                [None if vec.done[i] else expert.act(o, info) for i, (o, info) in enumerate(zip(observations, infos))]
+            )
             rewards_seen.append(rewards.tolist())
         vec.close()
         return rewards_seen, [o[-1]["content"] for o in observations]
@@ -91,8 +93,9 @@ def test_python_reasoning_envs_step_in_a_thread_pool():
     expert = PythonReasoningExpert()
     total = np.zeros(2)
     while not vec.all_done:
-        observations, rewards, *_, infos = vec.step([None if vec.done[i] else expert.act(o, info)
-                                                     for i, (o, info) in enumerate(zip(observations, infos))])
+        observations, rewards, *_, infos = vec.step(
+            [None if vec.done[i] else expert.act(o, info) for i, (o, info) in enumerate(zip(observations, infos))]
+        )
         total += rewards
     vec.close()
     np.testing.assert_array_equal(total, 1.0)

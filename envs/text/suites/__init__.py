@@ -9,4 +9,16 @@ from envs.text.suites.travel import Travel
 
 SUITES: dict[str, type[ToolSuite]] = {cls.name: cls for cls in (FileSystem, Calculator, Messaging, Bank, Travel)}
 
-__all__ = ["SUITES", "Bank", "Calculator", "CallFailed", "FileSystem", "Messaging", "ToolError", "ToolSuite", "Travel", "World", "read_only"]
+__all__ = [
+    "SUITES",
+    "Bank",
+    "Calculator",
+    "CallFailed",
+    "FileSystem",
+    "Messaging",
+    "ToolError",
+    "ToolSuite",
+    "Travel",
+    "World",
+    "read_only",
+]

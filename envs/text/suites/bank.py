@@ -35,7 +35,9 @@ class Bank(ToolSuite):
 
     def _log(self, kind: str, account: str, amount: float, counterpart: str | None = None) -> str:
         transaction_id = f"T{self.next_transaction_id:05d}"
-        self.transactions.append({"id": transaction_id, "kind": kind, "account": account, "amount": amount, "counterpart": counterpart})
+        self.transactions.append(
+            {"id": transaction_id, "kind": kind, "account": account, "amount": amount, "counterpart": counterpart}
+        )
         self.next_transaction_id += 1
         return transaction_id
 

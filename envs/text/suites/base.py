@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import inspect
 import pickle
-from typing import Any, Callable, ClassVar, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 from envs.text.parsing import ToolCall
 from envs.text.schema import JsonDict, function_schema, signature_info, validate_arguments
@@ -98,7 +99,7 @@ class ToolSuite:
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and self.public_state() == other.public_state()  # type: ignore[union-attr]
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> "ToolSuite":
+    def __deepcopy__(self, memo: dict[int, Any]) -> ToolSuite:
         return copy_plain_data(self)
 
     __hash__ = None  # type: ignore[assignment]  # mutable state
@@ -151,7 +152,7 @@ class World:
                 self._owner[tool] = suite_name
 
     @classmethod
-    def from_configs(cls, configs: Mapping[str, Mapping[str, Any]], registry: Mapping[str, type[ToolSuite]]) -> "World":
+    def from_configs(cls, configs: Mapping[str, Mapping[str, Any]], registry: Mapping[str, type[ToolSuite]]) -> World:
         """Build fresh instances: ``configs`` maps suite name -> initial-state config."""
         unknown = set(configs) - set(registry)
         if unknown:
@@ -202,5 +203,5 @@ class World:
         """Like :meth:`state` but by reference: for comparisons only."""
         return {name: suite.public_state() for name, suite in self.suites.items()}
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> "World":
+    def __deepcopy__(self, memo: dict[int, Any]) -> World:
         return World({k: copy_plain_data(v) for k, v in self.suites.items()})

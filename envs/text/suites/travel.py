@@ -38,7 +38,11 @@ class Travel(ToolSuite):
             destination: Arrival city.
             date: Day of travel as YYYY-MM-DD; omit for any day.
         """
-        found = [dict(f) for f in self.flights if f["origin"] == origin and f["destination"] == destination and (date is None or f["date"] == date)]
+        found = [
+            dict(f)
+            for f in self.flights
+            if f["origin"] == origin and f["destination"] == destination and (date is None or f["date"] == date)
+        ]
         return sorted(found, key=lambda f: (f["price"], f["flight_id"]))
 
     def book_flight(self, flight_id: str, passenger: str) -> dict[str, Any]:
@@ -57,7 +61,12 @@ class Travel(ToolSuite):
         self.budget = round(self.budget - flight["price"], 2)
         booking_id = f"BK{self.next_booking_id:03d}"
         self.next_booking_id += 1
-        self.bookings[booking_id] = {"booking_id": booking_id, "flight_id": flight_id, "passenger": passenger, "price": flight["price"]}
+        self.bookings[booking_id] = {
+            "booking_id": booking_id,
+            "flight_id": flight_id,
+            "passenger": passenger,
+            "price": flight["price"],
+        }
         return dict(self.bookings[booking_id])
 
     def cancel_booking(self, booking_id: str) -> float:
