@@ -14,13 +14,17 @@ ablations of the paper from the same file.
 Differences from CleanRL, all fixes: truncated episodes bootstrap from ``V(final_obs)`` instead of
 being treated as terminal; the normalizer statistics are saved with the model (evaluation uses
 them); runs resume from their last checkpoint.
+
+``--compile auto`` compiles the minibatch loss and its gradient for runs of 500k steps or more (on
+the CPU an update then costs ~40% less, after a one-off compile of 10-25 s). ``--precision bf16``
+runs the networks' matrix products in bfloat16 (autocast); the Gaussian's arithmetic, the losses,
+the weights and Adam's state stay float32.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import torch
@@ -29,13 +33,13 @@ from torch import nn
 
 import envs
 from cleanrl_style import (
+    EpisodeStats,
     FlatParameters,
     NormProjector,
     RewardScaler,
     Run,
     RunArgs,
     RunningNorm,
-    args_from_dict,
     compile_or_eager,
     mlp,
 )
@@ -98,9 +102,6 @@ class Args(RunArgs):
     """clip normalized observations to [-obs_clip, obs_clip]"""
     normalize_reward: bool = True
     """scale rewards by the running std of the discounted return"""
-    compile: Literal["auto", "on", "off"] = "auto"
-    """torch.compile the minibatch loss and its gradient: on the CPU an update costs ~40% less after a
-    one-off compile at the first update (10-25 s). auto: on for runs of 500k steps or more"""
 
     # filled in at run time
     batch_size: int = 0
@@ -123,7 +124,7 @@ class Agent(nn.Module):
 
     def get_value(self, x: torch.Tensor) -> torch.Tensor:
         """``x``: normalized observations ``(batch, obs_dim)`` -> values ``(batch,)``."""
-        return self.critic(x).squeeze(-1)
+        return self.critic(x).squeeze(-1).float()  # float32 even under bf16 autocast
 
     def get_action_and_value(self, x: torch.Tensor, action: torch.Tensor | None = None):
         """Sample (or score) actions for normalized observations; returns action, logprob, entropy, value.
@@ -131,7 +132,7 @@ class Agent(nn.Module):
         The diagonal Gaussian's log-density and entropy are written out: ``torch.distributions``
         validates its arguments on every call, a cost that shows in minibatch updates this small.
         """
-        mean = self.actor_mean(x)
+        mean = self.actor_mean(x).float()  # the distribution's arithmetic in float32 under bf16 autocast
         logstd = self.actor_logstd.expand_as(mean)
         std = logstd.exp()
         if action is None:
@@ -143,14 +144,13 @@ class Agent(nn.Module):
     @torch.no_grad()
     def act(self, obs: torch.Tensor) -> torch.Tensor:
         """Deterministic action (the mean) for raw observations, used by evaluation."""
-        return self.actor_mean(self.obs_norm(obs))
+        return self.actor_mean(self.obs_norm(obs)).float()
 
 
-def load_policy(checkpoint: dict, vec_env: envs.TorchVectorEnv) -> Agent:
-    args = args_from_dict(Args, checkpoint["args"])
-    agent = Agent(vec_env.single_observation_space.shape[0], vec_env.single_action_space.shape[0], args)
-    agent.load_state_dict(checkpoint["agent"])
-    return agent
+def make_agent(args: Args, vec_env: envs.TorchVectorEnv) -> Agent:
+    """The model for ``vec_env``'s spaces, on the env's device (also rebuilds it for evaluation)."""
+    obs_dim, act_dim = vec_env.single_observation_space.shape[0], vec_env.single_action_space.shape[0]
+    return Agent(obs_dim, act_dim, args).to(vec_env.device)
 
 
 if __name__ == "__main__":
@@ -169,7 +169,7 @@ if __name__ == "__main__":
     vec_env = envs.make(args.env, args.num_envs, backend=args.backend, device=device, seed=args.seed + run.start_step)
     obs_dim = vec_env.single_observation_space.shape[0]
     act_dim = vec_env.single_action_space.shape[0]
-    agent = Agent(obs_dim, act_dim, args).to(device)
+    agent = make_agent(args, vec_env)
     # All parameters in one tensor: zeroing, clipping and the Adam step are then a few ops each
     # instead of dozens (a third of each minibatch update on the CPU). Same math as per-parameter.
     flat = FlatParameters(agent)
@@ -236,19 +236,18 @@ if __name__ == "__main__":
     agent.obs_norm.update(raw_obs)
     next_obs = agent.obs_norm(raw_obs)
     next_done = torch.zeros(args.num_envs, device=device)
-    recent_returns: list[float] = []
+    episodes = EpisodeStats()
 
     for iteration in range(start_iteration, args.num_iterations + 1):
         if args.anneal_lr:
             optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - (iteration - 1.0) / args.num_iterations)
 
         # ---- collect a rollout -------------------------------------------------------------------
-        finished_returns, finished_lengths = [], []
         for step in range(args.num_steps):
             global_step += args.num_envs
             obs[step] = next_obs
             dones[step] = next_done
-            with torch.no_grad():
+            with torch.no_grad(), run.autocast():
                 action, logprob, _, value = agent.get_action_and_value(next_obs)
             values[step], actions[step], logprobs[step] = value, action, logprob
 
@@ -264,9 +263,7 @@ if __name__ == "__main__":
                 reward = reward + args.gamma * final_value * (truncated & ~terminated)
             rewards[step] = reward
             next_done = done.float()
-            if done.any():
-                finished_returns.append(info["episode_return"][done])
-                finished_lengths.append(info["episode_length"][done])
+            episodes.add(info)
 
         # ---- GAE ---------------------------------------------------------------------------------
         with torch.no_grad():
@@ -298,9 +295,10 @@ if __name__ == "__main__":
             e_advantages, e_returns, e_values = b_advantages[b_inds], b_returns[b_inds], b_values[b_inds]
             for start in range(0, args.batch_size, args.minibatch_size):
                 mb = slice(start, start + args.minibatch_size)
-                loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = minibatch_loss(
-                    e_obs[mb], e_actions[mb], e_logprobs[mb], e_advantages[mb], e_returns[mb], e_values[mb]
-                )
+                with run.autocast():
+                    loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = minibatch_loss(
+                        e_obs[mb], e_actions[mb], e_logprobs[mb], e_advantages[mb], e_returns[mb], e_values[mb]
+                    )
                 clipfracs.append(clipfrac)
                 flat.zero_grad()
                 loss.backward()
@@ -329,14 +327,10 @@ if __name__ == "__main__":
             "losses/clipfrac": torch.stack(clipfracs).mean().item(),
             "losses/explained_variance": explained_var,
             **projector.layer_stats(lr),
+            **episodes.metrics(),
         }
-        if finished_returns:
-            episode_returns = torch.cat(finished_returns)
-            metrics["charts/episodic_return"] = episode_returns.mean().item()
-            metrics["charts/episodic_length"] = torch.cat(finished_lengths).float().mean().item()
-            recent_returns = (recent_returns + episode_returns.tolist())[-20:]
         run.log(global_step, metrics)
-        run.progress(global_step, np.mean(recent_returns) if recent_returns else None, sps)
+        run.progress(global_step, episodes.recent_return, sps)
 
         if run.checkpoint_due(global_step) or iteration == args.num_iterations:
             run.save(

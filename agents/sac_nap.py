@@ -5,7 +5,8 @@
 
 Soft actor-critic with automatic temperature, a pair of Q-networks with the clipped double-Q
 target, CleanRL's ``sac_continuous_action.py`` defaults (256x256 ReLU networks, Adam at 3e-4 for
-the actor and 1e-3 for the critics, batch 256, 5,000 random steps, tau 0.005, 1M buffer). NaP
+the actor and 1e-3 for the critics, batch 256, 5,000 random steps, tau 0.005, 1M buffer; the
+temperature starts at 1 (log alpha = 0) and is tuned by Adam at 1e-3 towards -|A|). NaP
 (Lyle et al., 2024) puts a LayerNorm before every nonlinearity and, after every optimizer step,
 projects each layer's weights back to their initial norm, so an explicit learning-rate schedule is
 the only schedule of the effective learning rate. ``--no-nap`` / ``--no-layer-norm`` give the
@@ -17,12 +18,17 @@ Choices made here (the papers leave them open):
 - NaP: each critic member is projected to its own initial norms; the output layers stay free and
   LayerNorm (gamma, beta) are projected jointly (flags as in ``ppo_nap.py``). The target critic is
   not projected: it is a Polyak average of projected weights. The temperature is not projected.
-- ``--anneal-lr`` (default on) decays both learning rates linearly to 0, the explicit schedule the
-  NaP paper pairs with projection on stationary tasks.
+- ``--anneal-lr`` (default on) decays the actor's and the critics' learning rates linearly to 0,
+  the explicit schedule the NaP paper pairs with projection on stationary tasks. The temperature's
+  learning rate stays constant, as in CleanRL. ``--no-anneal-lr`` is CleanRL's constant rates.
 - The actor is updated every gradient step (CleanRL delays it by 2 steps and then does 2 updates;
-  the number of actor updates is the same).
+  the number of actor updates is the same). The temperature step uses the log-probabilities of the
+  actor step's sample (CleanRL samples once more after the actor step).
 - Observations are normalized by running statistics (``--obs-norm``, saved in checkpoints); the
-  statistics update from every environment step, random warm-up included.
+  statistics update from every environment step, random warm-up included. CleanRL does not
+  normalize: ``--no-obs-norm``.
+- Plain SAC, CleanRL's, is ``--no-nap --no-layer-norm --no-anneal-lr --no-obs-norm``.
+- ``--compile auto`` compiles the update step for runs of 200k steps or more.
 - Truncated episodes bootstrap from the true final observation (``info["final_obs"]``); only
   termination stops the bootstrap.
 """
@@ -33,15 +39,27 @@ import copy
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import tyro
 from torch import nn
 
 import envs
-from cleanrl_style import FlatParameters, NormProjector, Run, RunArgs, RunningNorm, args_from_dict, mlp
+from cleanrl_style import (
+    EpisodeStats,
+    FlatParameters,
+    NormProjector,
+    Run,
+    RunArgs,
+    RunningNorm,
+    compile_or_eager,
+    mlp,
+    snapshot,
+)
 from cleanrl_style.ensemble import Ensemble
-from cleanrl_style.replay import Batch, ReplayBuffer
+from cleanrl_style.replay import Batch, ReplayBuffer, buffer_checkpoint, restore_buffer
+
+# --compile auto compiles the update of runs at least this long, which repay the one-off compile.
+COMPILE_FROM_STEPS = 200_000
 
 
 @dataclass
@@ -70,8 +88,10 @@ class Args(RunArgs):
     """hidden widths of the actor and of each critic"""
     num_critics: int = 2
     """critics in the ensemble; the target takes their minimum (clipped double-Q)"""
-    alpha: float = 0.2
-    """initial entropy temperature"""
+    alpha: float = 1.0
+    """initial entropy temperature (CleanRL's autotuned runs start at log alpha = 0); the fixed one with --no-autotune"""
+    alpha_lr: float = 1e-3
+    """Adam learning rate of the temperature (CleanRL: the critics' rate), constant"""
     autotune: bool = True
     """tune the temperature towards the target entropy -|A|"""
     log_std_min: float = -5.0
@@ -182,24 +202,28 @@ def soft_q_target(
 class Learner:
     """Optimizers, NaP projectors and the target entropy of a :class:`SoftActorCritic`."""
 
-    def __init__(self, agent: SoftActorCritic, args: Args):
+    def __init__(self, agent: SoftActorCritic, args: Args, autocast=None):
         self.agent, self.args = agent, args
+        self.autocast = autocast or (lambda: torch.autocast("cpu", enabled=False))
         # Each network's parameters in one tensor: zeroing and the Adam step are one op each
         # (same math as per-parameter; see cleanrl_style/flat_params.py). Before members() below.
         self.actor_flat, self.critic_flat = FlatParameters(agent.actor), FlatParameters(agent.critic)
-        self.actor_opt = torch.optim.Adam([self.actor_flat.param], lr=args.policy_lr, fused=True)
-        self.critic_opt = torch.optim.Adam([self.critic_flat.param], lr=args.q_lr, fused=True)
-        self.alpha_opt = torch.optim.Adam([agent.log_alpha], lr=args.policy_lr)
+        # Learning rates as tensors: annealing changes their value in place, so a compiled update
+        # does not see a new constant (and recompile) at every step.
+        self.actor_opt = torch.optim.Adam([self.actor_flat.param], lr=torch.tensor(args.policy_lr), fused=True)
+        self.critic_opt = torch.optim.Adam([self.critic_flat.param], lr=torch.tensor(args.q_lr), fused=True)
+        self.alpha_opt = torch.optim.Adam([agent.log_alpha], lr=args.alpha_lr)
         self.target_entropy = -float(agent.action_scale.numel())
         nap = dict(project_output=args.nap_project_output, layer_norm=args.nap_layer_norm, biases=args.nap_biases)
         critic_members = agent.critic.members()
         self.actor_nap = NormProjector(agent.actor, [agent.actor.net[-1]], **nap)
         self.critic_nap = NormProjector(critic_members, [m[-1] for m in critic_members], **nap)
+        self.actor_nap.prepare(), self.critic_nap.prepare()  # before any compiled call traces project()
 
     def set_lr_fraction(self, frac: float) -> None:
-        self.actor_opt.param_groups[0]["lr"] = frac * self.args.policy_lr
-        self.alpha_opt.param_groups[0]["lr"] = frac * self.args.policy_lr
-        self.critic_opt.param_groups[0]["lr"] = frac * self.args.q_lr
+        """Anneal the actor's and the critics' learning rates (the temperature's stays constant)."""
+        self.actor_opt.param_groups[0]["lr"].fill_(frac * self.args.policy_lr)
+        self.critic_opt.param_groups[0]["lr"].fill_(frac * self.args.q_lr)
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Critic step, actor step, temperature step, then the Polyak update of the target critics."""
@@ -207,11 +231,12 @@ class Learner:
         obs, next_obs = agent.obs_norm(batch.obs), agent.obs_norm(batch.next_obs)
         alpha = agent.log_alpha.exp().detach()
 
-        with torch.no_grad():
+        with torch.no_grad(), self.autocast():
             next_action, next_log_prob = agent.sample(next_obs)
-            next_q = agent.q_values(next_obs, next_action, target=True)
-            target = soft_q_target(batch.rewards, batch.terminated, next_q, next_log_prob, alpha, args.gamma)
-        q = agent.q_values(obs, batch.actions)
+            next_q = agent.q_values(next_obs, next_action, target=True).float()
+            target = soft_q_target(batch.rewards, batch.terminated, next_q, next_log_prob.float(), alpha, args.gamma)
+        with self.autocast():
+            q = agent.q_values(obs, batch.actions).float()
         qf_loss = ((q - target) ** 2).mean(1).sum()
         self.critic_flat.zero_grad()
         qf_loss.backward()
@@ -219,9 +244,11 @@ class Learner:
         if args.nap:
             self.critic_nap.project()
 
-        action, log_prob = agent.sample(obs)
-        q_pi = agent.q_values(obs, action, detach_params=True).min(0).values
-        actor_loss = (alpha * log_prob - q_pi).mean()
+        with self.autocast():
+            action, log_prob = agent.sample(obs)
+            q_pi = agent.q_values(obs, action, detach_params=True).min(0).values
+        log_prob = log_prob.float()
+        actor_loss = (alpha * log_prob - q_pi.float()).mean()
         self.actor_flat.zero_grad()
         actor_loss.backward()
         self.actor_opt.step()
@@ -246,14 +273,8 @@ class Learner:
 
     def layer_stats(self) -> dict[str, float]:
         return {
-            **{
-                k.replace("nap/norm/", "nap/norm/actor.").replace("nap/eff_lr/", "nap/eff_lr/actor."): v
-                for k, v in self.actor_nap.layer_stats(self.actor_opt.param_groups[0]["lr"]).items()
-            },
-            **{
-                k.replace("nap/norm/", "nap/norm/critic.").replace("nap/eff_lr/", "nap/eff_lr/critic."): v
-                for k, v in self.critic_nap.layer_stats(self.critic_opt.param_groups[0]["lr"]).items()
-            },
+            **self.actor_nap.layer_stats(float(self.actor_opt.param_groups[0]["lr"]), prefix="actor."),
+            **self.critic_nap.layer_stats(float(self.critic_opt.param_groups[0]["lr"]), prefix="critic."),
         }
 
     def state_dict(self) -> dict:
@@ -273,17 +294,10 @@ class Learner:
         self.critic_nap.load_state_dict(state["critic_nap"])
 
 
-def load_policy(checkpoint: dict, vec_env: envs.TorchVectorEnv) -> SoftActorCritic:
-    args = args_from_dict(Args, checkpoint["args"])
-    agent = SoftActorCritic(
-        vec_env.single_observation_space.shape[0],
-        vec_env.single_action_space.shape[0],
-        vec_env.action_low.cpu(),
-        vec_env.action_high.cpu(),
-        args,
-    )
-    agent.load_state_dict(checkpoint["agent"])
-    return agent
+def make_agent(args: Args, vec_env: envs.TorchVectorEnv) -> SoftActorCritic:
+    """The model for ``vec_env``'s spaces, on the env's device (also rebuilds it for evaluation)."""
+    obs_dim, act_dim = vec_env.single_observation_space.shape[0], vec_env.single_action_space.shape[0]
+    return SoftActorCritic(obs_dim, act_dim, vec_env.action_low, vec_env.action_high, args).to(vec_env.device)
 
 
 if __name__ == "__main__":
@@ -291,73 +305,60 @@ if __name__ == "__main__":
     args, device = run.args, run.device
 
     vec_env = envs.make(args.env, args.num_envs, backend=args.backend, device=device, seed=args.seed + run.start_step)
-    obs_dim = vec_env.single_observation_space.shape[0]
-    act_dim = vec_env.single_action_space.shape[0]
-    agent = SoftActorCritic(obs_dim, act_dim, vec_env.action_low, vec_env.action_high, args).to(device)
-    learner = Learner(agent, args)
-    rb = ReplayBuffer(args.buffer_size, (obs_dim,), (act_dim,), device=device)
+    agent = make_agent(args, vec_env)
+    learner = Learner(agent, args, run.autocast)
+    rb = ReplayBuffer(args.buffer_size, vec_env.single_observation_space.shape, vec_env.single_action_space.shape, device)
     updates_from = args.learning_starts
     if run.checkpoint is not None:
         agent.load_state_dict(run.checkpoint["agent"])
         learner.load_state_dict(run.checkpoint["learner"])
-        if "buffer" in run.checkpoint:
-            rb.load_state_dict(run.checkpoint["buffer"])
-        else:  # without saved data, refill the buffer (with the current policy) before updating again
+        if not restore_buffer(run.checkpoint, rb):  # refill the buffer (current policy) before updating again
             updates_from = run.start_step + args.learning_starts
     updates_per_vector_step = max(1, round(args.updates_per_step * args.num_envs))
+    use_compile = args.compile == "on" or (args.compile == "auto" and args.total_timesteps >= COMPILE_FROM_STEPS)
+    update = compile_or_eager(learner.update, use_compile, state=lambda: snapshot(agent, learner))
 
     global_step = run.start_step
     obs, _ = vec_env.reset()
     if args.obs_norm:
         agent.obs_norm.update(obs)
-    recent_returns: list[float] = []
+    episodes = EpisodeStats()
     losses: dict[str, torch.Tensor] = {}
     while global_step < args.total_timesteps:
         # ---- act and store -----------------------------------------------------------------------
         if global_step < args.learning_starts:
-            action = vec_env.action_low + (vec_env.action_high - vec_env.action_low) * torch.rand(
-                (args.num_envs, act_dim), device=device
-            )
+            action = vec_env.random_actions()
         else:
-            action = agent.explore(obs)
+            with run.autocast():
+                action = agent.explore(obs).float()
         next_obs, reward, terminated, truncated, info = vec_env.step(action)
         if args.obs_norm:
             agent.obs_norm.update(next_obs)
         rb.add(obs, action, reward, info["final_obs"], terminated, truncated)
         obs = next_obs
         global_step += args.num_envs
-
-        done = info["done"]
-        if done.any():
-            returns = info["episode_return"][done]
-            recent_returns = (recent_returns + returns.tolist())[-20:]
-            run.log(
-                global_step,
-                {
-                    "charts/episodic_return": returns.mean().item(),
-                    "charts/episodic_length": info["episode_length"][done].float().mean().item(),
-                },
-            )
+        if episodes.add(info):
+            run.log(global_step, episodes.metrics())
 
         # ---- learn -------------------------------------------------------------------------------
         if global_step >= updates_from and len(rb) >= args.batch_size:
             if args.anneal_lr:
                 learner.set_lr_fraction(1.0 - global_step / args.total_timesteps)
             for _ in range(updates_per_vector_step):
-                losses = learner.update(rb.sample(args.batch_size))
+                losses = update(rb.sample(args.batch_size))
 
         # ---- logging and checkpoints -------------------------------------------------------------
         if global_step % args.log_every < args.num_envs:
             sps = run.sps(global_step)
-            metrics = {"charts/SPS": sps, "charts/learning_rate": learner.critic_opt.param_groups[0]["lr"]}
+            metrics = {"charts/SPS": sps, "charts/learning_rate": float(learner.critic_opt.param_groups[0]["lr"])}
             metrics.update({k: v.item() for k, v in losses.items()})
             if losses:
                 metrics.update(learner.layer_stats())
             run.log(global_step, metrics)
-            run.progress(global_step, np.mean(recent_returns) if recent_returns else None, sps)
+            run.progress(global_step, episodes.recent_return, sps)
         if run.checkpoint_due(global_step) or global_step >= args.total_timesteps:
-            extra = {"buffer": rb.state_dict()} if args.save_buffer else {}
-            run.save(global_step, agent=agent.state_dict(), learner=learner.state_dict(), **extra)
+            state = dict(agent=agent.state_dict(), learner=learner.state_dict(), **buffer_checkpoint(rb, args.save_buffer))
+            run.save(global_step, **state)
     vec_env.close()
 
     run.final_evaluation(agent, global_step)

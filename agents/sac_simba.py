@@ -6,26 +6,37 @@
 
 SimBa adds three things to the networks of SAC: running observation normalization, a residual
 encoder of pre-LayerNorm MLP blocks (``h + W2(ReLU(W1(LayerNorm(h))))``, W1: d -> 4d, W2: 4d -> d),
-and a LayerNorm after the last block. The paper's SAC defaults are the defaults here: actor 1 block
-of width 128, critics 2 blocks of width 512, AdamW (lr 1e-4, weight decay 1e-2), temperature
-initialized to 0.01 with target entropy -|A|/2 (its optimizer without weight decay), tau 0.005,
-batch 256, 1M buffer, 5,000 random steps, 2 gradient steps per environment step. The log-std is
-mapped onto [-10, 2] as ``-10 + 12 * 0.5 * (1 + tanh(raw))``; evaluation acts with ``tanh(mean)``.
-Each gradient step updates the actor, then the temperature, then the critics (their target uses the
-fresh actor and temperature), then the target critics.
+and a LayerNorm after the last block. The defaults are those of the paper and its official code
+(SonyResearch/simba): actor 1 block of width 128, critics 2 blocks of width 512, AdamW (lr 1e-4,
+weight decay 1e-2 on every parameter), temperature initialized to 0.01 with target entropy -|A|/2
+(its optimizer without weight decay), tau 0.005, batch 256, 1M buffer, 5,000 random steps, 2
+gradient steps per environment step. The log-std is mapped onto [-10, 2] as
+``-10 + 12 * 0.5 * (1 + tanh(raw))``; evaluation acts with ``tanh(mean)``. Each gradient step
+updates the actor, then the temperature, then the critics (their target uses the fresh actor and
+temperature), then the target critics.
 
-The two critics are one ``Ensemble``: stacked weights, one batched call for both.
+As in the official code:
+- ``--clipped-double-q auto`` (default) follows the official per-benchmark setting: episodic
+  benchmarks (Gymnasium MuJoCo, HumanoidBench) train two critics and take their minimum in the
+  target and the actor loss; non-episodic ones (DeepMind Control, ``dmc:`` ids) train ONE critic.
+  ``on`` / ``off`` force either.
+- ``--gamma`` unset (default) derives the discount from the episode length ``L`` (the env's time
+  limit), the heuristic the official code takes from TD-MPC2: ``gamma = clip((L/5 - 1) / (L/5),
+  0.95, 0.995)``; 0.995 for the 1,000-step MuJoCo tasks, 0.99 without a time limit.
+- The policy's log-probability is that of the squashed action in [-1, 1] (the official code wraps
+  every env to [-1, 1] actions): no ``log(action_scale)`` term, so the target entropy means the
+  same for every action range. Actions are then rescaled to the env's bounds.
 
-Choices made here (not fixed by REFERENCE.md):
-- ``--clipped-double-q auto`` (default): the target and the actor take the minimum of the two
-  critics when the task is episodic and their mean otherwise. "Episodic" is decided when learning
-  starts, from whether any episode in the random warm-up data terminated (Hopper, Walker2d, Ant,
-  Humanoid do; HalfCheetah, Swimmer, Pendulum only truncate). The decision is saved in the checkpoint.
-- Weight decay applies to every actor and critic parameter (LayerNorm and biases included).
-- The policy head is a linear layer with orthogonal init (gain 1); the critic head likewise.
-- Observation statistics update from every environment step (random warm-up included) and are
-  applied to sampled batches with their current values; they are saved in every checkpoint.
+Choices made here (the paper and the official code leave them, or differ only in detail):
+- The policy head is one linear layer giving the mean and the raw log-std (the official code has
+  two, each with orthogonal init gain 1; one with gain 1 here); the critic head likewise.
+- Observation statistics update from every environment step (random warm-up and the first reset
+  included) and are applied to sampled batches with their current values; they are saved in every
+  checkpoint. Biases start at 0 and the blocks' weights He-normal (torch's, not truncated).
 - Truncated episodes bootstrap from the true final observation (``info["final_obs"]``).
+- The critics of the ensemble are one ``Ensemble``: stacked weights, one batched call.
+- ``--compile auto`` compiles the update step for runs of 100k steps or more; ``--precision bf16``
+  runs the matrix products in bfloat16 (losses, weights and optimizer state stay float32).
 """
 
 from __future__ import annotations
@@ -33,16 +44,29 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from typing import Literal
 
-import numpy as np
 import torch
 import tyro
 from torch import nn
 
 import envs
-from cleanrl_style import Run, RunArgs, RunningNorm, SimbaEncoder, args_from_dict, layer_init
+from cleanrl_style import (
+    EpisodeStats,
+    FlatParameters,
+    Run,
+    RunArgs,
+    RunningNorm,
+    SimbaEncoder,
+    compile_or_eager,
+    layer_init,
+    snapshot,
+)
 from cleanrl_style.ensemble import Ensemble
-from cleanrl_style.replay import Batch, ReplayBuffer
+from cleanrl_style.replay import Batch, ReplayBuffer, buffer_checkpoint, restore_buffer
+
+# --compile auto compiles the update of runs at least this long, which repay the one-off compile.
+COMPILE_FROM_STEPS = 100_000
 
 
 @dataclass
@@ -51,8 +75,8 @@ class Args(RunArgs):
     """environment: a short name (Humanoid, Ant, Hopper, ...) or any registered Gymnasium id"""
     buffer_size: int = 1_000_000
     """replay capacity in transitions"""
-    gamma: float = 0.99
-    """discount factor"""
+    gamma: float | None = None
+    """discount factor; None: from the episode length L, clip((L/5 - 1) / (L/5), 0.95, 0.995)"""
     tau: float = 0.005
     """Polyak rate of the target critics"""
     batch_size: int = 256
@@ -79,10 +103,9 @@ class Args(RunArgs):
     """hidden width d of each critic's SimBa encoder"""
     critic_blocks: int = 2
     """residual blocks in each critic's encoder"""
-    num_critics: int = 2
-    """critics in the ensemble"""
-    clipped_double_q: str = "auto"
-    """min over critics in the target: on, off (mean), or auto (on if the warm-up data has terminations)"""
+    clipped_double_q: Literal["auto", "on", "off"] = "auto"
+    """on: two critics, their minimum in the target and the actor loss; off: one critic; auto: on for
+    episodic benchmarks (Gymnasium MuJoCo), off for DeepMind Control (dmc: ids), as the official code"""
     log_std_min: float = -10.0
     """lower bound of the policy log-std"""
     log_std_max: float = 2.0
@@ -106,7 +129,7 @@ class Actor(nn.Module):
         self.log_std_min, self.log_std_max = args.log_std_min, args.log_std_max
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, raw_log_std = self.head(self.encoder(x)).chunk(2, dim=-1)
+        mean, raw_log_std = self.head(self.encoder(x)).float().chunk(2, dim=-1)  # float32 under bf16 autocast
         log_std = self.log_std_min + (self.log_std_max - self.log_std_min) * 0.5 * (1 + torch.tanh(raw_log_std))
         return mean, log_std
 
@@ -120,43 +143,59 @@ class Critic(nn.Module):
         self.head = layer_init(nn.Linear(args.critic_width, 1), gain=1.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encoder(x)).squeeze(-1)
+        return self.head(self.encoder(x)).squeeze(-1).float()
+
+
+def horizon_discount(time_limit: int | None) -> float:
+    """SimBa's discount from the episode length ``L``: ``clip((L/5 - 1) / (L/5), 0.95, 0.995)``; 0.99 without one."""
+    if not time_limit:
+        return 0.99
+    horizon = time_limit / 5
+    return min(max((horizon - 1) / horizon, 0.95), 0.995)
+
+
+def uses_clipped_double_q(setting: str, env_id: str) -> bool:
+    """``on``/``off`` as given; ``auto``: off for DeepMind Control (``dmc:`` ids), on otherwise (episodic)."""
+    if setting == "auto":
+        return not env_id.startswith("dmc:")
+    return setting == "on"
 
 
 class SimbaSAC(nn.Module):
-    """Observation statistics, actor, critic ensemble, target critics and temperature."""
+    """Observation statistics, actor, critics (two with clipped double-Q, else one), target critics, temperature."""
 
     def __init__(self, obs_dim: int, act_dim: int, action_low: torch.Tensor, action_high: torch.Tensor, args: Args):
         super().__init__()
         self.obs_norm = RunningNorm(obs_dim)
         self.actor = Actor(obs_dim, act_dim, args)
-        self.critic = Ensemble(lambda: Critic(obs_dim + act_dim, args), args.num_critics)
+        self.clipped_double_q = uses_clipped_double_q(args.clipped_double_q, args.env)
+        self.critic = Ensemble(lambda: Critic(obs_dim + act_dim, args), 2 if self.clipped_double_q else 1)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(args.alpha)))
         self.register_buffer("action_scale", (action_high - action_low) / 2)
         self.register_buffer("action_bias", (action_high + action_low) / 2)
-        # 1: min over critics (clipped double-Q), 0: mean, -1: not decided yet (auto, before learning)
-        self.register_buffer("clipped_double_q", torch.tensor({"on": 1, "off": 0, "auto": -1}[args.clipped_double_q]))
 
     def sample(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Reparameterized action and its log-probability ``(B,)`` for normalized observations."""
+        """Reparameterized action in the env's bounds, and the log-probability ``(B,)`` of its [-1, 1] form."""
         mean, log_std = self.actor(x)
         std = log_std.exp()
         u = mean + std * torch.randn_like(mean)
         y = torch.tanh(u)
         log_prob = (-0.5 * ((u - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        log_prob = log_prob - torch.log(self.action_scale * (1 - y.pow(2)) + 1e-6).sum(-1)
+        # tanh's change of variables; 2 (log 2 - u - softplus(-2u)) = log(1 - tanh(u)^2), stable for large |u|
+        log_prob = log_prob - (2 * (math.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)
         return self.action_bias + self.action_scale * y, log_prob
 
     def q(self, x: torch.Tensor, action: torch.Tensor, target: bool = False, detach_params: bool = False) -> torch.Tensor:
-        """Critics reduced over the ensemble (min or mean): ``(B,)``; every critic: see ``q_all``."""
+        """The critics' estimate ``(B,)``: the minimum of the two with clipped double-Q, else the one critic."""
         q_all = self.q_all(x, action, target, detach_params)
-        # torch.where rather than an `if`: no device-to-host sync in the update
-        return torch.where(self.clipped_double_q == 1, q_all.min(0).values, q_all.mean(0))
+        return q_all.min(0).values if self.clipped_double_q else q_all[0]
 
     def q_all(self, x, action, target: bool = False, detach_params: bool = False) -> torch.Tensor:
+        """Every critic, ``(num_critics, B)``; the critics see the action in [-1, 1]."""
         critic = self.critic_target if target else self.critic
-        return critic(torch.cat([x, action], -1), detach_params=detach_params)
+        unit_action = (action - self.action_bias) / self.action_scale
+        return critic(torch.cat([x, unit_action], -1), detach_params=detach_params)
 
     @torch.no_grad()
     def explore(self, obs: torch.Tensor) -> torch.Tensor:
@@ -173,23 +212,31 @@ class SimbaSAC(nn.Module):
 # One gradient step: actor, temperature, critics, target critics
 # ---------------------------------------------------------------------------------------------
 class Learner:
-    def __init__(self, agent: SimbaSAC, args: Args):
-        self.agent, self.args = agent, args
+    def __init__(self, agent: SimbaSAC, args: Args, autocast=None):
+        if args.gamma is None:
+            raise ValueError("Learner needs a resolved discount: set args.gamma (horizon_discount gives SimBa's rule)")
+        self.agent, self.args, self.gamma = agent, args, args.gamma
+        self.autocast = autocast or (lambda: torch.autocast("cpu", enabled=False))
+        # Each network's parameters in one tensor: zeroing and the AdamW step are one op each (same
+        # math as per-parameter AdamW; see cleanrl_style/flat_params.py).
+        self.actor_flat, self.critic_flat = FlatParameters(agent.actor), FlatParameters(agent.critic)
         adamw = dict(lr=args.learning_rate, weight_decay=args.weight_decay, fused=True)
-        self.actor_opt = torch.optim.AdamW(agent.actor.parameters(), **adamw)
-        self.critic_opt = torch.optim.AdamW(agent.critic.parameters(), **adamw)
+        self.actor_opt = torch.optim.AdamW([self.actor_flat.param], **adamw)
+        self.critic_opt = torch.optim.AdamW([self.critic_flat.param], **adamw)
         self.alpha_opt = torch.optim.Adam([agent.log_alpha], lr=args.alpha_lr)
         self.target_entropy = -args.target_entropy_scale * agent.action_scale.numel()
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
-        agent, args = self.agent, self.args
+        agent = self.agent
         obs, next_obs = agent.obs_norm(batch.obs), agent.obs_norm(batch.next_obs)
 
         # Actor: maximize Q - alpha * log pi (critic parameters get no gradient from this loss).
         alpha = agent.log_alpha.exp().detach()
-        action, log_prob = agent.sample(obs)
-        actor_loss = (alpha * log_prob - agent.q(obs, action, detach_params=True)).mean()
-        self.actor_opt.zero_grad(set_to_none=True)
+        with self.autocast():
+            action, log_prob = agent.sample(obs)
+            q_pi = agent.q(obs, action, detach_params=True)
+        actor_loss = (alpha * log_prob - q_pi).mean()
+        self.actor_flat.zero_grad()
         actor_loss.backward()
         self.actor_opt.step()
 
@@ -200,19 +247,20 @@ class Learner:
         self.alpha_opt.step()
 
         # Critics: the target uses the actor and temperature just updated.
-        with torch.no_grad():
+        with torch.no_grad(), self.autocast():
             alpha = agent.log_alpha.exp()
             next_action, next_log_prob = agent.sample(next_obs)
             next_v = agent.q(next_obs, next_action, target=True) - alpha * next_log_prob
-            target = batch.rewards + args.gamma * (1.0 - batch.terminated) * next_v
-        q = agent.q_all(obs, batch.actions)
+            target = batch.rewards + self.gamma * (1.0 - batch.terminated) * next_v
+        with self.autocast():
+            q = agent.q_all(obs, batch.actions)
         qf_loss = ((q - target) ** 2).mean(1).sum()
-        self.critic_opt.zero_grad(set_to_none=True)
+        self.critic_flat.zero_grad()
         qf_loss.backward()
         self.critic_opt.step()
 
         with torch.no_grad():
-            torch._foreach_lerp_(list(agent.critic_target.parameters()), list(agent.critic.parameters()), args.tau)
+            torch._foreach_lerp_(list(agent.critic_target.parameters()), list(agent.critic.parameters()), self.args.tau)
         return {
             "losses/qf_loss": qf_loss.detach(),
             "losses/qf_values": q.detach().mean(),
@@ -235,84 +283,58 @@ class Learner:
         self.alpha_opt.load_state_dict(state["alpha_opt"])
 
 
-def load_policy(checkpoint: dict, vec_env: envs.TorchVectorEnv) -> SimbaSAC:
-    args = args_from_dict(Args, checkpoint["args"])
-    agent = SimbaSAC(
-        vec_env.single_observation_space.shape[0],
-        vec_env.single_action_space.shape[0],
-        vec_env.action_low.cpu(),
-        vec_env.action_high.cpu(),
-        args,
-    )
-    agent.load_state_dict(checkpoint["agent"])
-    return agent
+def make_agent(args: Args, vec_env: envs.TorchVectorEnv) -> SimbaSAC:
+    """The model for ``vec_env``'s spaces, on the env's device (also rebuilds it for evaluation)."""
+    obs_dim, act_dim = vec_env.single_observation_space.shape[0], vec_env.single_action_space.shape[0]
+    return SimbaSAC(obs_dim, act_dim, vec_env.action_low, vec_env.action_high, args).to(vec_env.device)
 
 
 if __name__ == "__main__":
-    run = Run(tyro.cli(Args), agent_file=__file__)
+    args = tyro.cli(Args)
+    if args.gamma is None and not args.resume:  # recorded in the run's args
+        args.gamma = horizon_discount(envs.time_limit(args.env))
+    run = Run(args, agent_file=__file__)
     args, device = run.args, run.device
-    if args.clipped_double_q not in ("auto", "on", "off"):
-        raise SystemExit(f"--clipped-double-q must be auto, on or off, got {args.clipped_double_q!r}")
 
     vec_env = envs.make(args.env, args.num_envs, backend=args.backend, device=device, seed=args.seed + run.start_step)
-    obs_dim = vec_env.single_observation_space.shape[0]
-    act_dim = vec_env.single_action_space.shape[0]
-    agent = SimbaSAC(obs_dim, act_dim, vec_env.action_low, vec_env.action_high, args).to(device)
-    learner = Learner(agent, args)
-    rb = ReplayBuffer(args.buffer_size, (obs_dim,), (act_dim,), device=device)
+    agent = make_agent(args, vec_env)
+    learner = Learner(agent, args, run.autocast)
+    rb = ReplayBuffer(args.buffer_size, vec_env.single_observation_space.shape, vec_env.single_action_space.shape, device)
     updates_from = args.learning_starts
     if run.checkpoint is not None:
         agent.load_state_dict(run.checkpoint["agent"])
         learner.load_state_dict(run.checkpoint["learner"])
-        if "buffer" in run.checkpoint:
-            rb.load_state_dict(run.checkpoint["buffer"])
-        else:  # without saved data, refill the buffer (with the current policy) before updating again
+        if not restore_buffer(run.checkpoint, rb):  # refill the buffer (current policy) before updating again
             updates_from = run.start_step + args.learning_starts
     updates_per_vector_step = max(1, round(args.updates_per_step * args.num_envs))
+    use_compile = args.compile == "on" or (args.compile == "auto" and args.total_timesteps >= COMPILE_FROM_STEPS)
+    update = compile_or_eager(learner.update, use_compile, state=lambda: snapshot(agent, learner))
+    print(f"gamma {args.gamma:.4g}, {'two critics, clipped double-Q' if agent.clipped_double_q else 'one critic'}")
 
-    cdq_decided = agent.clipped_double_q.item() != -1
     global_step = run.start_step
     obs, _ = vec_env.reset()
     agent.obs_norm.update(obs)
-    recent_returns: list[float] = []
+    episodes = EpisodeStats()
     losses: dict[str, torch.Tensor] = {}
     while global_step < args.total_timesteps:
         # ---- act and store -----------------------------------------------------------------------
         if global_step < args.learning_starts:
-            action = vec_env.action_low + (vec_env.action_high - vec_env.action_low) * torch.rand(
-                (args.num_envs, act_dim), device=device
-            )
+            action = vec_env.random_actions()
         else:
-            action = agent.explore(obs)
+            with run.autocast():
+                action = agent.explore(obs)
         next_obs, reward, terminated, truncated, info = vec_env.step(action)
         agent.obs_norm.update(next_obs)
         rb.add(obs, action, reward, info["final_obs"], terminated, truncated)
         obs = next_obs
         global_step += args.num_envs
-
-        done = info["done"]
-        if done.any():
-            returns = info["episode_return"][done]
-            recent_returns = (recent_returns + returns.tolist())[-20:]
-            run.log(
-                global_step,
-                {
-                    "charts/episodic_return": returns.mean().item(),
-                    "charts/episodic_length": info["episode_length"][done].float().mean().item(),
-                },
-            )
+        if episodes.add(info):
+            run.log(global_step, episodes.metrics())
 
         # ---- learn -------------------------------------------------------------------------------
         if global_step >= updates_from and len(rb) >= args.batch_size:
-            if not cdq_decided:  # auto: episodic iff the warm-up saw a termination
-                agent.clipped_double_q.fill_(int(rb.terminated[: len(rb)].any().item()))
-                cdq_decided = True
-                print(
-                    f"clipped double-Q {'on' if agent.clipped_double_q.item() else 'off'} "
-                    f"({'terminations' if agent.clipped_double_q.item() else 'no termination'} in the warm-up data)"
-                )
             for _ in range(updates_per_vector_step):
-                losses = learner.update(rb.sample(args.batch_size))
+                losses = update(rb.sample(args.batch_size))
 
         # ---- logging and checkpoints -------------------------------------------------------------
         if global_step % args.log_every < args.num_envs:
@@ -320,10 +342,10 @@ if __name__ == "__main__":
             metrics = {"charts/SPS": sps, "charts/learning_rate": learner.critic_opt.param_groups[0]["lr"]}
             metrics.update({k: v.item() for k, v in losses.items()})
             run.log(global_step, metrics)
-            run.progress(global_step, np.mean(recent_returns) if recent_returns else None, sps)
+            run.progress(global_step, episodes.recent_return, sps)
         if run.checkpoint_due(global_step) or global_step >= args.total_timesteps:
-            extra = {"buffer": rb.state_dict()} if args.save_buffer else {}
-            run.save(global_step, agent=agent.state_dict(), learner=learner.state_dict(), **extra)
+            state = dict(agent=agent.state_dict(), learner=learner.state_dict(), **buffer_checkpoint(rb, args.save_buffer))
+            run.save(global_step, **state)
     vec_env.close()
 
     run.final_evaluation(agent, global_step)

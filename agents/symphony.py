@@ -1,43 +1,53 @@
-"""Symphony with the Fading Replay Buffer (Ishuov et al., 2025) for continuous control.
+"""Symphony with the Fading Replay Buffer (Ishuov et al., 2025, arXiv 2512.10477) for continuous control.
 
     python agents/symphony.py --env Humanoid
     python agents/symphony.py --env Humanoid --fading uniform      # ablation: uniform replay
 
-What Symphony puts together, as restated in REFERENCE.md:
+What Symphony puts together, with the defaults of the paper and its official code (Symphony S3):
 - **Fading Replay Buffer**: sampling probability ``tanh((pi * u) ** e)`` of the relative age ``u``
-  (the oldest ~40% fade out); capacity 512,000. A warm-up of 10,240 exploration steps is replicated
-  to fill the whole buffer, and rewards are scaled by ``1 / mean|r|`` of that exploration data.
+  (the oldest ~40% fade out); capacity 512,000. A warm-up of 10,240 steps, acted by the untrained
+  policy with its noise, is replicated to fill the whole buffer, and rewards are scaled by
+  ``1 / mean|r|`` of that warm-up data.
 - **Critic**: 3 sub-networks of 128 outputs each, 384 "nodes", all regressed onto one target. The
   target sorts the target critic's nodes ascending and weights them with
   ``tanh((pi * (1 - n / 384)) ** e)``, which softly drops the highest estimates.
 - **Temporal Advantage**: ``Q_T = a * Qbar + (1 - a) * q'``, ``a = 1 / phi``, with ``Qbar`` the stored
-  batch mean of the previous ``Q_T``; the actor maximizes ``ReHAE((q' - Q_T) / |Q_T|)`` where ``q'``
-  is the target critic at ``(s', actor(s'))``.
-- **Actor with limited parametric noise**: ``tanh(net(s) / 2)`` split into direction ``A``, scale
-  ``S``, beta ``B``; ``a = a_max * tanh(S * A + N)`` with ``N = clamp(N(0, 1), -e, e) / e``.
+  batch mean of the previous ``Q_T`` (0 at the start); the actor maximizes ``ReHAE((q' - Q_T) / |Q_T|)``
+  where ``q'`` is the target critic at ``(s', actor(s'))``.
+- **Actor with limited parametric noise**: ``tanh(net(s) / 2)`` split into direction ``A``, and
+  ``S``, ``B`` as its absolute values; ``a = a_max * tanh(S * A + N)`` with ``N = clamp(N(0, 1), -e, e) / e``.
 - **Swaddling** ``mean[Omega(S^(1 / B_detached)) + B * omega(S) + Omega(B^2)]``,
-  ``Omega(x) = ln((1 + x) / (1 - x))``, ``omega(x) = x ln x``: penalizes the action *strength*.
+  ``Omega(x) = ln((1 + x) / (1 - x))``, ``omega(x) = x ln x``, on ``S``, ``B`` clamped to
+  ``[1e-3, 1 - 1e-3]``: penalizes the action *strength*.
 - **One loss, one pass**: ``L = -ReHAE(A) + ReHSE(r + gamma (1 - d) q' - Q(s, a)) + Sw`` with
   ``ReHSE(e) = e tanh(e / 2)`` and ``ReHAE(e) = |e| tanh(e / 2)``; one optimizer step updates actor
-  and critic together (Adam-like, betas (0.618, 0.995), decoupled decay 0.01, lr 1e-4), 3 steps per
-  environment step, tau 0.005.
+  and critic together: Adam without bias correction (betas (0.618, 0.995), eps 1e-8, decoupled
+  decay 0.01, lr 1e-4), batch 384, 3 steps per environment step, tau 0.005, gamma 0.99.
 - **Blocks**: ``Linear -> LayerNorm -> Linear -> ReSine -> Linear``, hidden 512, with ReSine
-  ``s = sigmoid(p); f = s sin(x / s); out = f sigmoid(1.5 f / s)``, ``p`` learnable per unit.
+  ``s = sigmoid(p); f = s sin(x / s); out = f sigmoid(1.5 f / s)``, ``p`` learnable per unit,
+  initialized uniformly in ``+-1/sqrt(hidden)``.
+- **Gradient dropout** after the output layer of the actor and of every critic sub-network
+  (probability 0.5): the forward value is unchanged, the gradient passes through a random half of
+  the outputs (the paper's setting; ``--grad-dropout 0`` turns it off).
 
-The three critic sub-networks are one ``Ensemble``: stacked weights, one batched call.
+Each place the official code differs from an earlier reading is a flag: ``--sb-map sigmoid`` (S and B
+as ``(1 + y) / 2``), ``--grad-dropout 0``, ``--batch-size 256``, ``--bias-correction``,
+``--warmup-actions uniform``, ``--q-bar-init first-batch``.
 
-Choices made here (not fixed by REFERENCE.md; each is a flag or noted in the code):
-- ``S`` and ``B`` must lie in (0, 1) for ``S^(1/B)``, ``x ln x`` and ``Omega`` to be defined: they
-  are mapped from the actor's ``tanh(net / 2)`` outputs as ``(1 + y) / 2`` (i.e. ``sigmoid(net)``).
-  The direction ``A`` keeps ``tanh(net / 2)`` in (-1, 1).
+Choices made here (the paper and the official code leave them open, or this suite differs):
 - ``q'`` uses the actor's noisy action at ``s'`` (reparameterized, like SAC's sampled next action);
   swaddling is computed on the same forward pass (the actor's ``S``, ``B`` at ``s'``).
-- ``Q_T`` is a baseline: detached in the advantage. ``|Q_T|`` is clamped at 1e-3 (``--adv-eps``).
-  ``Qbar`` starts at the first batch's mean of ``q'``.
-- The exploration warm-up takes uniformly random actions. ``gamma = 0.99``, batch 256, ReSine
-  ``p`` initialized to 0 (``s = 0.5``). ``Omega`` arguments are clamped to ``1 - 1e-6``.
-- Evaluation acts with ``a_max * tanh(S * A)`` (no noise); there is no observation normalization.
+- ``Q_T`` is a baseline: detached in the advantage. ``|Q_T|`` is clamped at 1e-3 (``--adv-eps``; the
+  official code divides unclamped). ``Omega`` arguments are clamped to ``1 - 1e-6``.
+- Actions are scaled to the env's bounds (the official code uses ``a_max = 1`` for every env).
+  Evaluation acts with ``a_max * tanh(S * A)`` (no noise); there is no observation normalization.
+- Not taken from the official training loop: noise-only actions in the last 50 steps of each
+  training episode, and the buffer's rule that keeps terminal transitions from being overwritten.
+- The three critic sub-networks are one ``Ensemble``: stacked weights, one batched call; actor and
+  critic parameters live in one flat tensor (``FlatParameters``), so the optimizer step is a few ops.
 - Truncated episodes bootstrap from the true final observation (``info["final_obs"]``).
+- ``--compile auto`` compiles the update step for runs of 100k steps or more; ``--precision bf16``
+  runs the matrix products in bfloat16 (losses, weights and optimizer state stay float32).
 """
 
 from __future__ import annotations
@@ -45,18 +55,21 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from typing import Literal
 
-import numpy as np
 import torch
 import tyro
 from torch import nn
 
 import envs
-from cleanrl_style import Run, RunArgs, args_from_dict
+from cleanrl_style import EpisodeStats, FlatParameters, Run, RunArgs, compile_or_eager, snapshot
 from cleanrl_style.ensemble import Ensemble
-from cleanrl_style.replay import Batch, FadingReplayBuffer, fading_tanh
+from cleanrl_style.replay import Batch, FadingReplayBuffer, buffer_checkpoint, fading_tanh, restore_buffer
 
 PHI = (1 + math.sqrt(5)) / 2
+SB_CLAMP = 1e-3  # S and B enter the swaddling loss clamped to [1e-3, 1 - 1e-3]
+# --compile auto compiles the update of runs at least this long, which repay the one-off compile.
+COMPILE_FROM_STEPS = 100_000
 
 
 @dataclass
@@ -67,14 +80,16 @@ class Args(RunArgs):
     """Fading Replay Buffer capacity"""
     warmup_steps: int = 10_240
     """exploration steps collected first, then replicated to fill the buffer"""
+    warmup_actions: Literal["policy", "uniform"] = "policy"
+    """warm-up actions: the untrained policy with its noise (official), or uniformly random"""
     fading: str = "tanh"
     """replay weight over age: tanh (Symphony's fading) or uniform (ablation)"""
     gamma: float = 0.99
     """discount factor"""
     tau: float = 0.005
     """Polyak rate of the target critic"""
-    batch_size: int = 256
-    """minibatch size of each gradient step"""
+    batch_size: int = 384
+    """minibatch size of each gradient step (the official code: the number of critic nodes, 384)"""
     updates_per_step: float = 3.0
     """gradient steps per environment step"""
     learning_rate: float = 1e-4
@@ -83,6 +98,14 @@ class Args(RunArgs):
     """Adam betas"""
     weight_decay: float = 0.01
     """decoupled weight decay"""
+    bias_correction: bool = False
+    """Adam's bias correction of the moment estimates (the official optimizer has none)"""
+    grad_dropout: float = 0.5
+    """probability that an output of the actor or of a critic sub-network passes no gradient (0: off)"""
+    sb_map: Literal["abs", "sigmoid"] = "abs"
+    """how S and B come from the actor's tanh(net / 2) outputs y: |y| (official) or (1 + y) / 2"""
+    q_bar_init: Literal["zero", "first-batch"] = "zero"
+    """starting Qbar of the Temporal Advantage: 0 (official) or the first batch's mean of q'"""
     hidden: int = 512
     """hidden width of the actor and of each critic sub-network"""
     critic_nets: int = 3
@@ -157,7 +180,8 @@ class ReSine(nn.Module):
 
     def __init__(self, dim: int):
         super().__init__()
-        self.p = nn.Parameter(torch.zeros(dim))
+        bound = 1 / math.sqrt(dim)
+        self.p = nn.Parameter(torch.empty(dim).uniform_(-bound, bound))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s = torch.sigmoid(self.p)
@@ -165,22 +189,41 @@ class ReSine(nn.Module):
         return f * torch.sigmoid(1.5 * f / s)
 
 
-def block(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:
-    """``Linear -> LayerNorm -> Linear -> ReSine -> Linear``."""
-    return nn.Sequential(
-        nn.Linear(in_dim, hidden), nn.LayerNorm(hidden), nn.Linear(hidden, hidden), ReSine(hidden), nn.Linear(hidden, out_dim)
-    )
+class GradientDropout(nn.Module):
+    """Identity forward; in training, each element passes its gradient with probability ``1 - p``."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p <= 0:
+            return x
+        keep = (torch.rand_like(x) >= self.p).to(x.dtype)
+        return keep * x + (1 - keep) * x.detach()
+
+
+def block(in_dim: int, hidden: int, out_dim: int, grad_dropout: float = 0.0) -> nn.Sequential:
+    """``Linear -> LayerNorm -> Linear -> ReSine -> Linear`` (then gradient dropout on the outputs)."""
+    layers = [nn.Linear(in_dim, hidden), nn.LayerNorm(hidden), nn.Linear(hidden, hidden), ReSine(hidden)]
+    layers.append(nn.Linear(hidden, out_dim))
+    if grad_dropout > 0:
+        layers.append(GradientDropout(grad_dropout))
+    return nn.Sequential(*layers)
 
 
 class Actor(nn.Module):
-    """Direction ``A`` in (-1, 1), scale ``S`` and beta ``B`` in (0, 1), each ``(B, act_dim)``."""
+    """Direction ``A`` in (-1, 1), scale ``S`` and beta ``B`` in [0, 1), each ``(B, act_dim)``."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: int):
+    def __init__(self, obs_dim: int, act_dim: int, args: Args):
         super().__init__()
-        self.net = block(obs_dim, hidden, 3 * act_dim)
+        self.net = block(obs_dim, args.hidden, 3 * act_dim, args.grad_dropout)
+        self.sb_map = args.sb_map
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        direction, scale, beta = torch.tanh(self.net(obs) / 2).chunk(3, dim=-1)
+        direction, scale, beta = torch.tanh(self.net(obs).float() / 2).chunk(3, dim=-1)
+        if self.sb_map == "abs":
+            return direction, scale.abs(), beta.abs()
         return direction, (1 + scale) / 2, (1 + beta) / 2
 
 
@@ -189,27 +232,30 @@ class Symphony(nn.Module):
 
     def __init__(self, obs_dim: int, act_dim: int, action_low: torch.Tensor, action_high: torch.Tensor, args: Args):
         super().__init__()
-        self.actor = Actor(obs_dim, act_dim, args.hidden)
-        self.critic = Ensemble(lambda: block(obs_dim + act_dim, args.hidden, args.critic_nodes), args.critic_nets)
+        self.actor = Actor(obs_dim, act_dim, args)
+        make_critic = lambda: block(obs_dim + act_dim, args.hidden, args.critic_nodes, args.grad_dropout)
+        self.critic = Ensemble(make_critic, args.critic_nets)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.register_buffer("action_scale", (action_high - action_low) / 2)
         self.register_buffer("action_bias", (action_high + action_low) / 2)
         self.register_buffer("node_weights", node_weights(args.critic_nets * args.critic_nodes))
-        self.register_buffer("q_bar", torch.tensor(float("nan")))  # nan: not set yet
+        q_bar = 0.0 if args.q_bar_init == "zero" else float("nan")  # nan: the first batch's mean of q'
+        self.register_buffer("q_bar", torch.tensor(q_bar))
         self.register_buffer("reward_scale", torch.tensor(float("nan")))  # set at the end of the warm-up
 
     def action(self, obs: torch.Tensor, noise: bool = True):
-        """``a_max * tanh(S * A + N)``, ``N = clamp(N(0,1), -e, e) / e``; also returns ``S`` and ``B``."""
+        """``a_max * tanh(S * A + N)``, ``N = clamp(N(0,1), -e, e) / e``; also ``S`` and ``B`` clamped for swaddling."""
         direction, scale, beta = self.actor(obs)
         pre = scale * direction
         if noise:
             pre = pre + torch.randn_like(pre).clamp(-math.e, math.e) / math.e
-        return self.action_bias + self.action_scale * torch.tanh(pre), scale, beta
+        action = self.action_bias + self.action_scale * torch.tanh(pre)
+        return action, scale.clamp(SB_CLAMP, 1 - SB_CLAMP), beta.clamp(SB_CLAMP, 1 - SB_CLAMP)
 
     def nodes(self, obs: torch.Tensor, action: torch.Tensor, target: bool = False) -> torch.Tensor:
         """All critic nodes, ``(B, critic_nets * critic_nodes)``."""
         critic = self.critic_target if target else self.critic
-        out = critic(torch.cat([obs, action], -1))  # (nets, B, nodes)
+        out = critic(torch.cat([obs, action], -1)).float()  # (nets, B, nodes)
         return out.permute(1, 0, 2).reshape(obs.shape[0], -1)
 
     @torch.no_grad()
@@ -225,21 +271,70 @@ class Symphony(nn.Module):
 # ---------------------------------------------------------------------------------------------
 # One gradient step: actor and critic from one combined loss
 # ---------------------------------------------------------------------------------------------
+class SymphonyAdam(torch.optim.Optimizer):
+    """Adam with decoupled weight decay and, by default, no bias correction (Symphony's optimizer):
+    ``m <- b1 m + (1 - b1) g``, ``v <- b2 v + (1 - b2) g^2``, ``p <- p - lr (m / (sqrt(v) + eps) + wd p)``.
+
+    With ``bias_correction`` it divides ``m`` by ``1 - b1^t`` and ``v`` by ``1 - b2^t`` as Adam does.
+    The state is created up front and the step count is a tensor, so a compiled update traces one
+    graph for every step.
+    """
+
+    def __init__(self, params, lr: float, betas: tuple[float, float], eps: float = 1e-8, weight_decay: float = 0.0,
+                 bias_correction: bool = False):  # fmt: skip
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, bias_correction=bias_correction))
+        for group in self.param_groups:
+            for p in group["params"]:
+                self.state[p] = {"step": torch.zeros((), device=p.device), "m": torch.zeros_like(p), "v": torch.zeros_like(p)}
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            states = [self.state[p] for p in params]
+            grads = [p.grad for p in params]
+            m, v = [st["m"] for st in states], [st["v"] for st in states]
+            b1, b2 = group["betas"]
+            torch._foreach_add_([st["step"] for st in states], 1)
+            torch._foreach_lerp_(m, grads, 1 - b1)
+            torch._foreach_mul_(v, b2)
+            torch._foreach_addcmul_(v, grads, grads, 1 - b2)
+            denom = torch._foreach_sqrt(v)
+            if group["weight_decay"]:
+                torch._foreach_mul_(params, 1 - group["lr"] * group["weight_decay"])
+            if not group["bias_correction"]:
+                torch._foreach_add_(denom, group["eps"])
+                torch._foreach_addcdiv_(params, m, denom, -group["lr"])
+                continue
+            step = states[0]["step"]
+            torch._foreach_div_(denom, torch.sqrt(1 - b2**step))
+            torch._foreach_add_(denom, group["eps"])
+            updates = torch._foreach_div(m, denom)
+            torch._foreach_mul_(updates, group["lr"] / (1 - b1**step))
+            torch._foreach_sub_(params, updates)
+
+
 class Learner:
-    def __init__(self, agent: Symphony, args: Args):
+    def __init__(self, agent: Symphony, args: Args, autocast=None):
         self.agent, self.args = agent, args
-        params = list(agent.actor.parameters()) + list(agent.critic.parameters())
-        self.optimizer = torch.optim.AdamW(
-            params, lr=args.learning_rate, betas=tuple(args.betas), weight_decay=args.weight_decay, fused=True
-        )
+        self.autocast = autocast or (lambda: torch.autocast("cpu", enabled=False))
+        # Actor and critic parameters in one tensor: the optimizer step and zeroing are a few ops.
+        self.flat = FlatParameters(nn.ModuleList([agent.actor, agent.critic]))
+        self.optimizer = SymphonyAdam(
+            [self.flat.param], args.learning_rate, tuple(args.betas), weight_decay=args.weight_decay,
+            bias_correction=args.bias_correction,
+        )  # fmt: skip
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         agent, args = self.agent, self.args
         rewards = batch.rewards * agent.reward_scale
 
         # q' at (s', actor(s')): the critic's target (detached) and the actor's objective (with gradient).
-        next_action, scale, beta = agent.action(batch.next_obs)
-        q_next = sorted_node_target(agent.nodes(batch.next_obs, next_action, target=True), agent.node_weights)
+        with self.autocast():
+            next_action, scale, beta = agent.action(batch.next_obs)
+            q_next = sorted_node_target(agent.nodes(batch.next_obs, next_action, target=True), agent.node_weights)
 
         # Temporal Advantage against the moving average Qbar of Q_T.
         q_bar = torch.where(torch.isnan(agent.q_bar), q_next.detach().mean(), agent.q_bar)
@@ -247,13 +342,14 @@ class Learner:
         agent.q_bar.copy_(q_t.mean())
 
         target = rewards + args.gamma * (1.0 - batch.terminated) * q_next.detach()
-        q = agent.nodes(batch.obs, batch.actions)
+        with self.autocast():
+            q = agent.nodes(batch.obs, batch.actions)
         actor_loss = -rehae(advantage).mean()
         critic_loss = rehse(target.unsqueeze(-1) - q).mean()
         swaddle = swaddling(scale, beta)
         loss = actor_loss + critic_loss + swaddle
 
-        self.optimizer.zero_grad(set_to_none=True)
+        self.flat.zero_grad()
         loss.backward()
         self.optimizer.step()
         with torch.no_grad():
@@ -269,18 +365,17 @@ class Learner:
             "losses/beta": beta.detach().mean(),
         }
 
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict()}
 
-def load_policy(checkpoint: dict, vec_env: envs.TorchVectorEnv) -> Symphony:
-    args = args_from_dict(Args, checkpoint["args"])
-    agent = Symphony(
-        vec_env.single_observation_space.shape[0],
-        vec_env.single_action_space.shape[0],
-        vec_env.action_low.cpu(),
-        vec_env.action_high.cpu(),
-        args,
-    )
-    agent.load_state_dict(checkpoint["agent"])
-    return agent
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+def make_agent(args: Args, vec_env: envs.TorchVectorEnv) -> Symphony:
+    """The model for ``vec_env``'s spaces, on the env's device (also rebuilds it for evaluation)."""
+    obs_dim, act_dim = vec_env.single_observation_space.shape[0], vec_env.single_action_space.shape[0]
+    return Symphony(obs_dim, act_dim, vec_env.action_low, vec_env.action_high, args).to(vec_env.device)
 
 
 if __name__ == "__main__":
@@ -291,51 +386,39 @@ if __name__ == "__main__":
         raise SystemExit(f"--fading must be one of {', '.join(weight_fns)}, got {args.fading!r}")
 
     vec_env = envs.make(args.env, args.num_envs, backend=args.backend, device=device, seed=args.seed + run.start_step)
-    obs_dim = vec_env.single_observation_space.shape[0]
-    act_dim = vec_env.single_action_space.shape[0]
-    agent = Symphony(obs_dim, act_dim, vec_env.action_low, vec_env.action_high, args).to(device)
-    learner = Learner(agent, args)
-    rb = FadingReplayBuffer(args.buffer_size, (obs_dim,), (act_dim,), device=device, weight_fn=weight_fns[args.fading])
+    agent = make_agent(args, vec_env)
+    learner = Learner(agent, args, run.autocast)
+    obs_shape, act_shape = vec_env.single_observation_space.shape, vec_env.single_action_space.shape
+    rb = FadingReplayBuffer(args.buffer_size, obs_shape, act_shape, device=device, weight_fn=weight_fns[args.fading])
     replicate_at: int | None = args.warmup_steps  # step at which the warm-up data fills the buffer
     if run.checkpoint is not None:
         agent.load_state_dict(run.checkpoint["agent"])
-        learner.optimizer.load_state_dict(run.checkpoint["optimizer"])
-        if "buffer" in run.checkpoint:
-            rb.load_state_dict(run.checkpoint["buffer"])
-            if run.start_step >= args.warmup_steps:
-                replicate_at = None
-        else:  # without saved data, collect (with the current policy) and replicate a new warm-up
+        learner.load_state_dict(run.checkpoint["learner"])
+        if not restore_buffer(run.checkpoint, rb):  # collect (current policy) and replicate a new warm-up
             replicate_at = run.start_step + args.warmup_steps
+        elif run.start_step >= args.warmup_steps:
+            replicate_at = None
     updates_per_vector_step = max(1, round(args.updates_per_step * args.num_envs))
+    use_compile = args.compile == "on" or (args.compile == "auto" and args.total_timesteps >= COMPILE_FROM_STEPS)
+    update = compile_or_eager(learner.update, use_compile, state=lambda: snapshot(agent, learner))
 
     global_step = run.start_step
     obs, _ = vec_env.reset()
-    recent_returns: list[float] = []
+    episodes = EpisodeStats()
     losses: dict[str, torch.Tensor] = {}
     while global_step < args.total_timesteps:
         # ---- act and store -----------------------------------------------------------------------
-        if global_step < args.warmup_steps:  # exploration warm-up: uniformly random actions
-            action = vec_env.action_low + (vec_env.action_high - vec_env.action_low) * torch.rand(
-                (args.num_envs, act_dim), device=device
-            )
+        if global_step < args.warmup_steps and args.warmup_actions == "uniform":
+            action = vec_env.random_actions()
         else:
-            action = agent.explore(obs)
+            with run.autocast():
+                action = agent.explore(obs)
         next_obs, reward, terminated, truncated, info = vec_env.step(action)
         rb.add(obs, action, reward, info["final_obs"], terminated, truncated)
         obs = next_obs
         global_step += args.num_envs
-
-        done = info["done"]
-        if done.any():
-            returns = info["episode_return"][done]
-            recent_returns = (recent_returns + returns.tolist())[-20:]
-            run.log(
-                global_step,
-                {
-                    "charts/episodic_return": returns.mean().item(),
-                    "charts/episodic_length": info["episode_length"][done].float().mean().item(),
-                },
-            )
+        if episodes.add(info):
+            run.log(global_step, episodes.metrics())
 
         # ---- end of the warm-up: fix the reward scale, replicate the data to fill the buffer ------
         if replicate_at is not None and global_step >= replicate_at:
@@ -350,7 +433,7 @@ if __name__ == "__main__":
         # ---- learn -------------------------------------------------------------------------------
         if replicate_at is None:
             for _ in range(updates_per_vector_step):
-                losses = learner.update(rb.sample(args.batch_size))
+                losses = update(rb.sample(args.batch_size))
 
         # ---- logging and checkpoints -------------------------------------------------------------
         if global_step % args.log_every < args.num_envs:
@@ -358,10 +441,10 @@ if __name__ == "__main__":
             metrics = {"charts/SPS": sps, "charts/learning_rate": learner.optimizer.param_groups[0]["lr"]}
             metrics.update({k: v.item() for k, v in losses.items()})
             run.log(global_step, metrics)
-            run.progress(global_step, np.mean(recent_returns) if recent_returns else None, sps)
+            run.progress(global_step, episodes.recent_return, sps)
         if run.checkpoint_due(global_step) or global_step >= args.total_timesteps:
-            extra = {"buffer": rb.state_dict()} if args.save_buffer else {}
-            run.save(global_step, agent=agent.state_dict(), optimizer=learner.optimizer.state_dict(), **extra)
+            state = dict(agent=agent.state_dict(), learner=learner.state_dict(), **buffer_checkpoint(rb, args.save_buffer))
+            run.save(global_step, **state)
     vec_env.close()
 
     run.final_evaluation(agent, global_step)

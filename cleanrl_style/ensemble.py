@@ -15,7 +15,6 @@ in one call, with no Python loop over members. Two ways to run them, computing t
 
 from __future__ import annotations
 
-import contextlib
 import copy
 from collections.abc import Callable
 
@@ -130,27 +129,24 @@ class Ensemble(nn.Module):
     def _member_forward(self, params, buffers, *inputs):
         return functional_call(self.template, (params, buffers), inputs)
 
-    @contextlib.contextmanager
-    def _frozen(self):
-        params = [p for p in self.parameters() if p.requires_grad]
-        for p in params:
-            p.requires_grad_(False)
-        try:
-            yield
-        finally:
-            for p in params:
-                p.requires_grad_(True)
-
     def forward(self, *inputs: torch.Tensor, detach_params: bool = False) -> torch.Tensor:
         """Every member on the same ``inputs``; ``detach_params`` lets gradients reach only the inputs
-        (an actor's loss through a critic without computing the critic's parameter gradients)."""
-        with self._frozen() if detach_params else contextlib.nullcontext():
-            if self.batched is not None:
-                return self.batched(*(x.expand(self.size, *x.shape) for x in inputs))
-            in_dims = (0, 0) + (None,) * len(inputs)
-            return vmap(self._member_forward, in_dims=in_dims, randomness="different")(
-                self.stacked_params(), self.stacked_buffers(), *inputs
-            )
+        (an actor's loss through a critic without computing the critic's parameter gradients).
+
+        Detaching runs the network on detached copies of its parameters (``functional_call``), which
+        ``torch.compile`` traces without a graph break, rather than toggling ``requires_grad``.
+        """
+        if self.batched is not None:
+            expanded = tuple(x.expand(self.size, *x.shape) for x in inputs)
+            if not detach_params:
+                return self.batched(*expanded)
+            detached = {name: p.detach() for name, p in self.batched.named_parameters()}
+            return functional_call(self.batched, detached, expanded)
+        params = self.stacked_params()
+        if detach_params:
+            params = {name: p.detach() for name, p in params.items()}
+        in_dims = (0, 0) + (None,) * len(inputs)
+        return vmap(self._member_forward, in_dims=in_dims, randomness="different")(params, self.stacked_buffers(), *inputs)
 
     def members(self) -> nn.ModuleList:
         """The members as ordinary modules whose parameters share memory with the stacked ones.

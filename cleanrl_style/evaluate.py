@@ -2,9 +2,11 @@
 
     python -m cleanrl_style.evaluate runs/<run> [--episodes 10] [--seed 12345]
 
-Every continuous-control agent file defines ``load_policy(checkpoint, envs)``, returning a module
-whose ``act(obs)`` gives the deterministic action (observation normalization included, frozen).
-The checkpoint records which agent file wrote it.
+Every continuous-control agent file defines ``Args`` and ``make_agent(args, vec_env)``, which builds
+its model for an env; the model's ``act(obs)`` gives the deterministic action (observation
+normalization included, frozen in ``eval()`` mode). The checkpoint records which agent file wrote
+it, its arguments and the model's state (``checkpoint["agent"]``), so :func:`load_policy` rebuilds
+any agent's policy the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import tyro
 
 import envs
 from cleanrl_style.checkpoint import load_checkpoint
+from cleanrl_style.run import args_from_dict
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,9 +65,17 @@ def import_agent(agent_file: str):
     # Registered before running it: dataclasses look their module up in sys.modules.
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
-    if not hasattr(module, "load_policy"):
-        raise AttributeError(f"{path} defines no load_policy(checkpoint, envs); it cannot be evaluated here.")
+    if not hasattr(module, "make_agent"):
+        raise AttributeError(f"{path} defines no make_agent(args, vec_env); it cannot be evaluated here.")
     return module
+
+
+def load_policy(agent_module, checkpoint: dict, vec_env: envs.TorchVectorEnv) -> torch.nn.Module:
+    """The trained model of ``checkpoint``, rebuilt by its agent file's ``make_agent`` for ``vec_env``."""
+    args = args_from_dict(agent_module.Args, checkpoint["args"])
+    policy = agent_module.make_agent(args, vec_env)
+    policy.load_state_dict(checkpoint["agent"])
+    return policy
 
 
 def evaluate_run(run_dir: str, episodes: int = 10, seed: int = 12345, device: str = "cpu") -> np.ndarray:
@@ -72,7 +83,7 @@ def evaluate_run(run_dir: str, episodes: int = 10, seed: int = 12345, device: st
     agent = import_agent(checkpoint["agent_file"])
     env_id = checkpoint["args"]["env"]
     probe = envs.make(env_id, num_envs=1, backend="gymnasium", device=device)
-    policy = agent.load_policy(checkpoint, probe)
+    policy = load_policy(agent, checkpoint, probe)
     probe.close()
     policy.eval()  # freezes the running statistics
     return evaluate_policy(policy.act, env_id, episodes=episodes, seed=seed, device=device)

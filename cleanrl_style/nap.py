@@ -92,6 +92,12 @@ class NormProjector:
             self.groups.append(_ProjectedGroup(name, params, init_norm))
         self._params = None
 
+    def prepare(self) -> None:
+        """Precompute what :meth:`project` touches (done lazily otherwise): call it before compiling a
+        function that projects, so the compiled code finds plain tensors rather than building them."""
+        if self.groups:
+            self._flatten()
+
     def _flatten(self) -> None:
         """Precompute what :meth:`project` touches, so projection is a few fused ops."""
         self._params = [p for group in self.groups for p in group.params]
@@ -115,7 +121,9 @@ class NormProjector:
         if self._spans is not None:
             scale = self._init_norms / torch.stack(torch._foreach_norm(self._spans)).float().clamp_min(1e-12)
             # On the CPU a list of Python floats is the cheapest form; elsewhere avoid the host sync.
-            factors = scale.tolist() if scale.device.type == "cpu" else list(scale.unbind())
+            # Not inside torch.compile, where Python floats would be baked into the graph as constants.
+            eager_cpu = scale.device.type == "cpu" and not torch.compiler.is_compiling()
+            factors = scale.tolist() if eager_cpu else list(scale.unbind())
             torch._foreach_mul_(self._spans, factors)
             return
         param_norms = torch.stack(torch._foreach_norm(self._params)).float()
@@ -136,11 +144,11 @@ class NormProjector:
         self._params = None
 
     @torch.no_grad()
-    def layer_stats(self, lr: float) -> dict[str, float]:
-        """``{"nap/norm/<layer>": ||W||, "nap/eff_lr/<layer>": lr / ||W||}`` for every linear weight."""
+    def layer_stats(self, lr: float, prefix: str = "") -> dict[str, float]:
+        """``{"nap/norm/<prefix><layer>": ||W||, "nap/eff_lr/<prefix><layer>": lr / ||W||}`` per linear weight."""
         stats: dict[str, float] = {}
         for name, weight in self.weights:
             norm = float(weight.detach().float().norm())
-            stats[f"nap/norm/{name}"] = norm
-            stats[f"nap/eff_lr/{name}"] = lr / max(norm, 1e-12)
+            stats[f"nap/norm/{prefix}{name}"] = norm
+            stats[f"nap/eff_lr/{prefix}{name}"] = lr / max(norm, 1e-12)
         return stats

@@ -154,6 +154,23 @@ class ReplayBuffer:
         self.pos = size % self.capacity
 
 
+def restore_buffer(checkpoint: dict[str, Any] | None, buffer: ReplayBuffer) -> bool:
+    """Load a checkpoint's replay data into ``buffer``; False if there is none to load.
+
+    A run saves its buffer only with ``--save-buffer`` (large files); one resumed without it starts
+    from an empty buffer and must collect a new warm-up before it updates again.
+    """
+    if checkpoint is None or "buffer" not in checkpoint:
+        return False
+    buffer.load_state_dict(checkpoint["buffer"])
+    return True
+
+
+def buffer_checkpoint(buffer: ReplayBuffer, save: bool) -> dict[str, Any]:
+    """The checkpoint entry for ``buffer`` (``{"buffer": ...}``) if ``save``, else nothing."""
+    return {"buffer": buffer.state_dict()} if save else {}
+
+
 def fading_tanh(u: torch.Tensor) -> torch.Tensor:
     """Symphony's fading weight ``tanh((pi * u) ** e)`` of the relative age ``u`` (0 oldest, 1 newest).
 

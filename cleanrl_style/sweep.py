@@ -3,6 +3,10 @@
     python -m cleanrl_style.sweep --agents ppo_nap --envs Hopper Walker2d --seeds 1 2 3 \\
         --grid nap=true,false --flags "--total-timesteps 200000" --sweep-dir runs/sweeps/nap
     python -m cleanrl_style.sweep ... --launcher ray --ray-address auto      # on an existing Ray cluster
+    python -m cleanrl_style.sweep --recipe benchmarks/recipes/cpu_hopper.toml # a benchmark recipe
+
+A recipe (``cleanrl_style/recipes.py``) names arms (an agent and its flags, under a label) instead
+of a grid; its points live in ``runs/recipes/<recipe>/<env>__<arm>__s<seed>``.
 
 Every grid point has a deterministic run folder, ``<sweep-dir>/<env>__<agent>[__<values>]__s<seed>``,
 so invoking the same command again picks up where the last one stopped:
@@ -43,8 +47,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cleanrl_style.checkpoint import CHECKPOINT_NAME
+from cleanrl_style.recipes import Recipe, RecipeError, load_recipe
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+RECIPE_RUNS = Path("runs/recipes")  # a recipe's runs: runs/recipes/<recipe name>/<env>__<arm>__s<seed>
 DONE_NAME = "sweep.json"  # written by the sweep when a run exits 0: the point is finished
 LOG_NAME = "sweep.log"  # the run's stdout and stderr, appended across restarts
 
@@ -60,14 +66,18 @@ class GridPoint:
     values: tuple[tuple[str, str], ...] = ()  # (flag, value) pairs from --grid, in grid order
     flags: tuple[str, ...] = ()  # --flags, passed unchanged
     imports: tuple[str, ...] = ()  # modules imported before the agent runs (they register envs)
+    arm: str = ""  # a recipe's arm name: the label and folder name instead of agent + grid values
 
     @property
     def label(self) -> str:
-        """The agent and its grid values, e.g. ``ppo_nap nap=false``: one line in the plots."""
-        return " ".join([self.agent, *(f"{k}={v}" for k, v in self.values)])
+        """The arm, or the agent and its grid values, e.g. ``ppo_nap nap=false``: one line in the plots."""
+        return self.arm or " ".join([self.agent, *(f"{k}={v}" for k, v in self.values)])
 
     def folder_name(self) -> str:
-        parts = [self.env, self.agent, *(f"{k}-{v}" for k, v in self.values), f"s{self.seed}"]
+        if self.arm:
+            parts = [self.env.replace(":", "-"), self.arm, f"s{self.seed}"]
+        else:
+            parts = [self.env, self.agent, *(f"{k}-{v}" for k, v in self.values), f"s{self.seed}"]
         return "__".join(p.replace("/", "_").replace(" ", "_") for p in parts)
 
     def value_flags(self) -> list[str]:
@@ -128,6 +138,21 @@ def expand_grid(
     names = [p.folder_name() for p in points]
     if len(set(names)) != len(names):
         raise SystemExit("two grid points map to the same run folder: repeated agents, envs, seeds or grid values?")
+    return points
+
+
+def recipe_points(recipe: Recipe, arms: list[str] | None = None) -> list[GridPoint]:
+    """Every (arm, env, seed) of a recipe, in arm, env, seed order; ``arms`` restricts to those arms."""
+    chosen = [recipe.arm(name) for name in arms] if arms else list(recipe.arms)
+    points = [
+        GridPoint(Path(arm.agent).stem, str(resolve_agent(arm.agent)), env, seed, flags=arm.flags, arm=arm.name)
+        for arm in chosen
+        for env in arm.envs
+        for seed in arm.seeds
+    ]
+    names = [p.folder_name() for p in points]
+    if len(set(names)) != len(names):
+        raise SystemExit(f"{recipe.path}: two points map to the same run folder (an env or seed listed twice?)")
     return points
 
 
@@ -314,8 +339,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n", 2)[2],
     )
-    parser.add_argument("--agents", nargs="+", required=True, help="agent names in agents/ (ppo_nap ...) or .py paths")
-    parser.add_argument("--envs", nargs="+", required=True, help="env short names or registered ids")
+    parser.add_argument(
+        "--recipe",
+        default="",
+        help="run a recipe file (benchmarks/recipes/*.toml) instead of --agents/--envs/--grid; "
+        "its runs go to runs/recipes/<recipe> unless --sweep-dir is given",
+    )
+    parser.add_argument("--arms", nargs="+", default=[], help="with --recipe: run only these arms")
+    parser.add_argument("--agents", nargs="+", default=[], help="agent names in agents/ (ppo_nap ...) or .py paths")
+    parser.add_argument("--envs", nargs="+", default=[], help="env short names or registered ids")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument(
         "--grid",
@@ -337,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE",
         help="import this module before each agent runs (it registers your env); repeatable",
     )
-    parser.add_argument("--sweep-dir", default="runs/sweep", help="one run folder per grid point goes here")
+    parser.add_argument("--sweep-dir", default="", help="one run folder per grid point goes here (default: runs/sweep)")
     parser.add_argument("--launcher", choices=("local", "ray"), default="local")
     parser.add_argument("--workers", type=int, default=0, help="local: runs at once (default: one per core)")
     parser.add_argument("--ray-address", default=None, help="ray: the cluster's address (auto, ray://host:10001, ...)")
@@ -347,9 +379,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    points = expand_grid(args.agents, args.envs, args.seeds, parse_grid(args.grid), shlex.split(args.flags), args.imports)
-    sweep_dir = Path(args.sweep_dir).resolve()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    workers = args.workers
+    if args.recipe:
+        if args.agents or args.envs or args.grid or args.flags:
+            parser.error("--recipe takes its agents, envs and flags from the file; drop --agents/--envs/--grid/--flags")
+        try:
+            recipe = load_recipe(args.recipe)
+            points = recipe_points(recipe, args.arms)
+        except (RecipeError, KeyError) as e:
+            parser.error(str(e).strip("'\""))
+        sweep_dir = Path(args.sweep_dir or RECIPE_RUNS / recipe.name).resolve()
+        workers = workers or recipe.workers
+    else:
+        if not args.agents or not args.envs:
+            parser.error("give --agents and --envs (or --recipe FILE)")
+        if args.arms:
+            parser.error("--arms selects arms of a --recipe")
+        grid = parse_grid(args.grid)
+        points = expand_grid(args.agents, args.envs, args.seeds, grid, shlex.split(args.flags), args.imports)
+        sweep_dir = Path(args.sweep_dir or "runs/sweep").resolve()
     placed = [(p, sweep_dir / p.folder_name()) for p in points]
     todo = [(p, d) for p, d in placed if point_status(d) != "done"]
     print(f"{len(points)} grid points in {sweep_dir}: {len(points) - len(todo)} finished, {len(todo)} to run")
@@ -367,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         records = run_ray(todo, args.ray_address, args.cpus_per_run)
     else:
         try:
-            records = run_local(todo, args.workers or default_workers())
+            records = run_local(todo, workers or default_workers())
         except KeyboardInterrupt:
             return 130
     failed = [r for r in records if r["returncode"] != 0]

@@ -16,6 +16,7 @@ from envs.registry import (
     make,
     register_backend,
     resolve_env_id,
+    time_limit,
 )
 
 __all__ = [
@@ -29,4 +30,5 @@ __all__ = [
     "make",
     "register_backend",
     "resolve_env_id",
+    "time_limit",
 ]

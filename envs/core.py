@@ -142,6 +142,11 @@ class TorchVectorEnv(ABC):
         self._episode_length.masked_fill_(done, 0)
         return obs, reward, terminated, truncated, info
 
+    def random_actions(self) -> torch.Tensor:
+        """Actions drawn uniformly within the bounds, ``(num_envs, *action_shape)`` on the env's device."""
+        shape = (self.num_envs, *self.action_low.shape)
+        return self.action_low + (self.action_high - self.action_low) * torch.rand(shape, device=self.device)
+
     def __enter__(self):
         return self
 

@@ -65,6 +65,11 @@ def resolve_env_id(env_id: str) -> str:
     )
 
 
+def time_limit(env_id: str) -> int | None:
+    """The env's episode time limit (Gymnasium's ``max_episode_steps``), or None if it has none."""
+    return gym.spec(resolve_env_id(env_id)).max_episode_steps
+
+
 @dataclass(frozen=True)
 class Backend:
     name: str

@@ -16,7 +16,7 @@ simba = import_agent("agents/sac_simba.py")
 
 
 def make_agent(act_dim=2, **overrides):
-    args = simba.Args(**overrides)
+    args = simba.Args(**{"gamma": 0.99, **overrides})
     agent = simba.SimbaSAC(5, act_dim, -torch.ones(act_dim), torch.ones(act_dim), args)
     return agent, args
 
@@ -78,21 +78,49 @@ def test_evaluation_acts_with_tanh_of_the_mean():
     assert torch.allclose(agent.act(obs), torch.tanh(mean))
 
 
-def test_target_is_min_of_critics_on_episodic_tasks_and_mean_otherwise():
-    agent, _ = make_agent(actor_width=16, critic_width=16, critic_blocks=1)
-    x, a = torch.randn(4, 5), torch.randn(4, 2)
-    q_all = agent.q_all(x, a)
-    agent.clipped_double_q.fill_(1)
-    assert torch.allclose(agent.q(x, a), q_all.min(0).values)
-    agent.clipped_double_q.fill_(0)
-    assert torch.allclose(agent.q(x, a), q_all.mean(0))
+def test_clipped_double_q_trains_two_critics_and_takes_their_min_else_one_critic():
+    """As the official code: two critics and their minimum on episodic tasks, ONE critic otherwise."""
+    small = dict(actor_width=16, critic_width=16, critic_blocks=1)
+    x, a = torch.randn(4, 5), torch.rand(4, 2) * 2 - 1
+    on, _ = make_agent(clipped_double_q="on", **small)
+    q_all = on.q_all(x, a)
+    assert q_all.shape == (2, 4) and torch.allclose(on.q(x, a), q_all.min(0).values)
+    off, _ = make_agent(clipped_double_q="off", **small)
+    assert off.critic.size == 1 and off.q_all(x, a).shape == (1, 4) and torch.allclose(off.q(x, a), off.q_all(x, a)[0])
+    # auto: episodic Gymnasium tasks on, DeepMind Control off (the official per-benchmark setting)
+    assert make_agent(env="Hopper", **small)[0].critic.size == 2
+    assert make_agent(env="dmc:cheetah-run", **small)[0].critic.size == 1
+
+
+@pytest.mark.parametrize(
+    "time_limit, gamma", [(1000, 0.995), (500, 0.99), (200, 0.975), (100, 0.95), (50, 0.95), (None, 0.99)]
+)
+def test_discount_from_the_episode_length_by_hand(time_limit, gamma):
+    # clip((L/5 - 1) / (L/5), 0.95, 0.995): L/5 = 200 -> 0.995, 100 -> 0.99, 40 -> 0.975, 20 -> 0.95, 10 -> 0.9 -> 0.95
+    assert simba.horizon_discount(time_limit) == pytest.approx(gamma)
+
+
+def test_log_prob_is_that_of_the_squashed_action_in_unit_bounds():
+    """No log(action_scale) term: the density of tanh(u) in [-1, 1], whatever the env's bounds."""
+    torch.manual_seed(0)
+    args = simba.Args(actor_width=16, critic_width=16, critic_blocks=1)
+    agent = simba.SimbaSAC(5, 2, torch.tensor([-0.4, -2.0]), torch.tensor([0.4, 2.0]), args)
+    x = torch.randn(64, 5)
+    torch.manual_seed(1)
+    action, log_prob = agent.sample(x)
+    mean, log_std = agent.actor(x)
+    torch.manual_seed(1)
+    u = mean + log_std.exp() * torch.randn_like(mean)  # the same pre-squash sample
+    assert torch.allclose(action, torch.tanh(u) * torch.tensor([0.4, 2.0]), atol=1e-6)
+    by_hand = torch.distributions.Normal(mean, log_std.exp()).log_prob(u) - torch.log(1 - torch.tanh(u) ** 2)
+    rows = (u.abs() < 3).all(-1)  # where 1 - tanh^2 is representable for the by-hand formula
+    assert rows.sum() > 10 and torch.allclose(log_prob[rows], by_hand.sum(-1)[rows], atol=1e-4)
 
 
 def test_critic_target_bootstraps_through_truncation_not_termination():
     torch.manual_seed(0)
     agent, args = make_agent(actor_width=16, critic_width=16, critic_blocks=1, batch_size=2, learning_rate=0.0, alpha_lr=0.0)
     learner = simba.Learner(agent, args)
-    agent.clipped_double_q.fill_(1)
     buffer = ReplayBuffer(2, (5,), (2,))
     z = torch.zeros(2, 5)
     buffer.add(z, torch.zeros(2, 2), torch.ones(2), z + 1, torch.tensor([True, False]), torch.tensor([False, True]))
@@ -176,10 +204,9 @@ def test_sac_simba_resumes_a_killed_run(tmp_path):
     )
     first = load_checkpoint(run_dir)
     assert first["global_step"] < 600
-    assert first["agent"]["clipped_double_q"].item() == 1  # Hopper terminates: clipped double-Q chosen
+    assert first["agent"]["critic_target.batched.head.weight"].shape[0] == 2  # Hopper: two critics (clipped double-Q)
     resume_agent("sac_simba", run_dir)
     last = load_checkpoint(run_dir)
     assert last["global_step"] == 600 and len(last["buffer"]["rewards"]) == 600
-    assert last["agent"]["clipped_double_q"].item() == 1
     steps = [s for s, _, _ in read_progress(run_dir)["charts/SPS"]]
     assert steps == sorted(steps) and len(steps) == len(set(steps)) == 6

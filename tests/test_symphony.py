@@ -206,3 +206,69 @@ def test_symphony_resumes_a_killed_run(tmp_path):
     assert not torch.equal(last["agent"]["q_bar"], first["agent"]["q_bar"])
     steps = [s for s, _, _ in read_progress(run_dir)["charts/SPS"]]
     assert steps == sorted(steps) and len(steps) == len(set(steps)) == 6
+
+
+def test_scale_and_beta_are_the_absolute_values_of_the_tanh_outputs():
+    """The official mapping: S = |tanh(net/2)|, B likewise; swaddling sees them clamped to [1e-3, 1 - 1e-3]."""
+    torch.manual_seed(0)
+    args = sym.Args(hidden=16, critic_nodes=4, grad_dropout=0.0)
+    agent = sym.Symphony(4, 2, -torch.ones(2), torch.ones(2), args)
+    obs = torch.randn(256, 4)
+    raw = torch.tanh(agent.actor.net(obs) / 2)
+    direction, scale, beta = agent.actor(obs)
+    assert torch.allclose(direction, raw[:, :2]) and torch.allclose(scale, raw[:, 2:4].abs())
+    assert torch.allclose(beta, raw[:, 4:].abs())
+    _, s_clamped, b_clamped = agent.action(obs, noise=False)
+    assert torch.allclose(s_clamped, scale.clamp(1e-3, 1 - 1e-3)) and b_clamped.min() >= 1e-3
+    sigmoid = sym.Symphony(4, 2, -torch.ones(2), torch.ones(2), sym.Args(hidden=16, critic_nodes=4, sb_map="sigmoid"))
+    sigmoid.load_state_dict(agent.state_dict())
+    assert torch.allclose(sigmoid.actor(obs)[1], (1 + raw[:, 2:4]) / 2, atol=1e-6)
+
+
+def test_adam_without_bias_correction_by_hand_and_with_it_equal_to_adamw():
+    torch.manual_seed(0)
+    grads = [torch.randn(5) for _ in range(3)]
+    lr, (b1, b2), wd, eps = 1e-2, (0.618, 0.995), 0.01, 1e-8
+    p = torch.nn.Parameter(torch.randn(5))
+    expected, m, v = p.detach().clone(), torch.zeros(5), torch.zeros(5)
+    opt = sym.SymphonyAdam([p], lr, (b1, b2), weight_decay=wd)
+    for g in grads:
+        p.grad = g.clone()
+        opt.step()
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        expected = expected - lr * (m / (v.sqrt() + eps) + wd * expected)
+    assert torch.allclose(p.detach(), expected, atol=1e-6)
+    # with bias correction it is torch's AdamW, step for step
+    q, r = torch.nn.Parameter(torch.randn(5)), None
+    r = torch.nn.Parameter(q.detach().clone())
+    mine = sym.SymphonyAdam([q], lr, (b1, b2), weight_decay=wd, bias_correction=True)
+    torchs = torch.optim.AdamW([r], lr=lr, betas=(b1, b2), weight_decay=wd, eps=eps)
+    for g in grads:
+        q.grad, r.grad = g.clone(), g.clone()
+        mine.step()
+        torchs.step()
+    assert torch.allclose(q.detach(), r.detach(), atol=1e-6)
+
+
+def test_gradient_dropout_keeps_the_value_and_passes_about_half_the_gradients():
+    torch.manual_seed(0)
+    layer = sym.GradientDropout(0.5)
+    x = torch.randn(4000, requires_grad=True)
+    y = layer(x)
+    assert torch.equal(y.detach(), x.detach())
+    y.sum().backward()
+    assert set(x.grad.unique().tolist()) == {0.0, 1.0} and 0.45 < x.grad.mean().item() < 0.55
+    layer.eval()
+    x.grad = None
+    layer(x).sum().backward()
+    assert torch.equal(x.grad, torch.ones(4000))  # evaluation: no dropout
+
+
+def test_defaults_follow_the_official_code():
+    args = sym.Args()
+    assert (args.batch_size, args.updates_per_step, args.warmup_steps, args.buffer_size) == (384, 3.0, 10_240, 512_000)
+    assert (args.bias_correction, args.grad_dropout, args.sb_map, args.warmup_actions) == (False, 0.5, "abs", "policy")
+    agent = sym.Symphony(4, 2, -torch.ones(2), torch.ones(2), sym.Args(hidden=64, critic_nodes=4))
+    assert agent.q_bar.item() == 0.0  # Qbar starts at 0
+    p = agent.actor.net[3].p
+    assert p.abs().max() <= 1 / 8 and p.std() > 0.03  # ReSine's p ~ U(-1/sqrt(64), 1/sqrt(64))

@@ -1,0 +1,232 @@
+"""How close each off-policy agent's gradient update comes to this machine's matrix-product speed.
+
+    python benchmarks/update_efficiency.py                                # defaults, fp32, eager and compiled
+    python benchmarks/update_efficiency.py --precision bf16
+    python benchmarks/update_efficiency.py --agents sac_simba --set sac_simba.critic_width=64 sac_simba.actor_width=64
+
+For each agent (``sac_nap``, ``sac_simba``, ``symphony`` at their defaults unless ``--set`` changes
+them), on Hopper-v5's shapes, fed batches from the same random transitions, in one process:
+
+- **FLOPs per update**, counted by ``torch.utils.flop_counter.FlopCounterMode`` over one eager
+  update (forward, backward and optimizer arithmetic of the matrix products it sees);
+- **seconds per update**, eager and compiled (``--compile``), in alternating rounds (the machine's
+  speed drifts), the median round reported; **achieved GFLOP/s** = FLOPs / seconds;
+- **the ceiling**: every matrix product one update runs (recorded with their shapes, dtypes and
+  transposes), replayed back to back on fresh tensors, nothing else; ceiling GFLOP/s = their FLOPs
+  / their time, measured in the same rounds;
+- **achieved / ceiling**: the share of the update's time that is matrix products at the speed the
+  same products reach alone.
+
+Also prints the hours 100k environment steps of updates take at that rate (updates per env step x
+100k x seconds per update).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+import tyro
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import envs  # noqa: E402
+from cleanrl_style import compile_or_eager  # noqa: E402
+from cleanrl_style.evaluate import import_agent  # noqa: E402
+from cleanrl_style.replay import ReplayBuffer  # noqa: E402
+
+MATMULS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default"}
+
+
+@dataclass
+class BenchArgs:
+    agents: tuple[str, ...] = ("sac_nap", "sac_simba", "symphony")
+    """agent files to measure"""
+    set: tuple[str, ...] = ()
+    """Args overrides, AGENT.FIELD=VALUE (e.g. sac_simba.critic_width=64)"""
+    env: str = "Hopper"
+    """whose observation and action shapes to use"""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """fp32, or bf16 autocast (the agents' --precision)"""
+    compile: bool = True
+    """also time the compiled update (torch.compile, as the agents' --compile on)"""
+    rounds: int = 5
+    """alternating rounds; the median is reported"""
+    seconds_per_round: float = 2.0
+    """time each contender gets per round (at least 3 calls)"""
+    threads: int = 1
+    """torch threads (0: torch's default)"""
+    device: str = "cpu"
+    data: int = field(default=20_000)
+    """random transitions in the replay buffer"""
+
+
+class MatmulRecorder(TorchDispatchMode):
+    """Records every matrix product's op, argument shapes, strides and dtypes."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if str(func) in MATMULS:
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            self.calls.append((func, [(t.shape, t.stride(), t.dtype) for t in tensors], dict(kwargs or {})))
+        return func(*args, **(kwargs or {}))
+
+
+def _like(shape, stride, dtype, device) -> torch.Tensor:
+    """A random tensor with this exact layout (broadcast dimensions of stride 0 included)."""
+    storage = 1 + sum((size - 1) * st for size, st in zip(shape, stride))
+    return torch.randn(storage, device=device).to(dtype).as_strided(shape, stride)
+
+
+def replay_matmuls(calls: list[tuple], device: str):
+    """A function running the recorded products back to back on fresh tensors of the same layouts."""
+    prepared = []
+    for func, layouts, kwargs in calls:
+        tensors = [_like(shape, stride, dtype, device) for shape, stride, dtype in layouts]
+        prepared.append((func, tensors, kwargs))
+
+    def run() -> None:
+        for func, tensors, kwargs in prepared:
+            func(*tensors, **kwargs)
+
+    return run
+
+
+def parse_overrides(specs: tuple[str, ...]) -> dict[str, dict[str, object]]:
+    out: dict[str, dict[str, object]] = {}
+    for spec in specs:
+        target, sep, value = spec.partition("=")
+        agent, dot, key = target.partition(".")
+        if not sep or not dot:
+            raise SystemExit(f"--set {spec!r}: expected AGENT.FIELD=VALUE, e.g. sac_simba.critic_width=64")
+        parsed: object = value
+        for cast in (int, float):
+            try:
+                parsed = cast(value)
+                break
+            except ValueError:
+                pass
+        if value.lower() in ("true", "false"):
+            parsed = value.lower() == "true"
+        out.setdefault(agent, {})[key.replace("-", "_")] = parsed
+    return out
+
+
+def build(name: str, overrides: dict, args: BenchArgs, vec_env) -> tuple:
+    module = import_agent(str(REPO / "agents" / f"{name}.py"))
+    agent_args = module.Args(env=args.env, device=args.device, precision=args.precision, **overrides)
+    if getattr(agent_args, "gamma", 0.0) is None:  # sac_simba's discount rule
+        agent_args.gamma = module.horizon_discount(envs.time_limit(args.env))
+    agent = module.make_agent(agent_args, vec_env)
+    if hasattr(agent, "reward_scale"):  # Symphony fixes it after its warm-up
+        agent.reward_scale.fill_(1.0)
+
+    def autocast():
+        return torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
+
+    learner = module.Learner(agent, agent_args, autocast)
+    return module, agent, agent_args, learner
+
+
+def describe(agent_args) -> str:
+    keys = ("hidden_sizes", "actor_width", "actor_blocks", "critic_width", "critic_blocks", "hidden", "critic_nodes")
+    parts = [f"{k}={getattr(agent_args, k)}" for k in keys if hasattr(agent_args, k)]
+    return ", ".join(parts + [f"batch={agent_args.batch_size}", f"UTD={agent_args.updates_per_step:g}"])
+
+
+def main(args: BenchArgs) -> None:
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    overrides = parse_overrides(args.set)
+    vec_env = envs.make(args.env, 1, backend="gymnasium", device=args.device)
+    obs_dim, act_dim = vec_env.single_observation_space.shape[0], vec_env.single_action_space.shape[0]
+    n = args.data
+    data = (
+        torch.randn(n, obs_dim),
+        torch.rand(n, act_dim) * 2 - 1,
+        torch.randn(n),
+        torch.randn(n, obs_dim),
+        torch.rand(n) < 0.01,
+        torch.zeros(n, dtype=torch.bool),
+    )
+    contenders: dict[str, callable] = {}
+    info: dict[str, dict] = {}
+    for name in args.agents:
+        module, agent, agent_args, learner = build(name, overrides.get(name, {}), args, vec_env)
+        rb = ReplayBuffer(n, (obs_dim,), (act_dim,), device=args.device)
+        rb.add(*(x.to(args.device) for x in data))
+        batch_size = agent_args.batch_size
+        learner.update(rb.sample(batch_size))  # warm-up (lazy state, allocator)
+        with FlopCounterMode(display=False) as counter:
+            learner.update(rb.sample(batch_size))
+        recorder = MatmulRecorder()
+        with recorder:
+            learner.update(rb.sample(batch_size))
+        matmul_flops = FlopCounterMode(display=False)
+        ceiling = replay_matmuls(recorder.calls, args.device)
+        with matmul_flops:
+            ceiling()
+        info[name] = dict(
+            flops=counter.get_total_flops(),
+            matmul_flops=matmul_flops.get_total_flops(),
+            matmuls=len(recorder.calls),
+            utd=agent_args.updates_per_step,
+            config=describe(agent_args),
+        )
+        contenders[f"{name} eager"] = lambda learner=learner, rb=rb, bs=batch_size: learner.update(rb.sample(bs))
+        contenders[f"{name} ceiling"] = ceiling
+        if args.compile:
+            compiled = compile_or_eager(learner.update, True)
+            for _ in range(3):  # compile, then let any recompilation settle
+                compiled(rb.sample(batch_size))
+            contenders[f"{name} compiled"] = lambda compiled=compiled, rb=rb, bs=batch_size: compiled(rb.sample(bs))
+
+    seconds: dict[str, list[float]] = {key: [] for key in contenders}
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
+    for _ in range(args.rounds):
+        for key, fn in contenders.items():
+            count, start = 0, time.perf_counter()
+            while count < 3 or time.perf_counter() - start < args.seconds_per_round:
+                fn()
+                count += 1
+            sync()
+            seconds[key].append((time.perf_counter() - start) / count)
+
+    cpu_lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    cpu = next((line.split(":", 1)[1].strip() for line in cpu_lines if line.startswith("model name")), "?")
+    print(
+        f"{args.env} shapes (obs {obs_dim}, act {act_dim}), {args.device} ({cpu}), torch {torch.__version__}, "
+        f"{torch.get_num_threads()} thread(s), {args.precision}, median of {args.rounds} alternating rounds"
+    )
+    for name in args.agents:
+        i = info[name]
+        ceiling_s = statistics.median(seconds[f"{name} ceiling"])
+        ceiling_gflops = i["matmul_flops"] / ceiling_s / 1e9
+        print(f"\n{name} ({i['config']}): {i['flops'] / 1e9:.3f} GFLOP per update ({i['matmuls']} matrix products)")
+        print(f"  ceiling: its matrix products alone  {ceiling_s * 1e3:8.2f} ms   {ceiling_gflops:6.1f} GFLOP/s")
+        for mode in ("eager", "compiled"):
+            key = f"{name} {mode}"
+            if key not in seconds:
+                continue
+            s = statistics.median(seconds[key])
+            achieved = i["flops"] / s / 1e9
+            hours = s * i["utd"] * 100_000 / 3600
+            print(
+                f"  {mode:8s} update                      {s * 1e3:8.2f} ms   {achieved:6.1f} GFLOP/s   "
+                f"{achieved / ceiling_gflops:5.0%} of ceiling   100k env steps of updates: {hours:5.2f} h"
+            )
+
+
+if __name__ == "__main__":
+    main(tyro.cli(BenchArgs))

@@ -1,0 +1,127 @@
+"""Benchmark recipes: parsing and its errors, a tiny recipe run end to end, skipped when rerun, exported, plotted."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cleanrl_style.recipes import RecipeError, load_recipe
+from cleanrl_style.results import export
+from cleanrl_style.sweep import recipe_points
+
+REPO = Path(__file__).resolve().parents[1]
+
+TINY = """
+description = "two PPO arms on Pendulum, one short iteration each"
+workers = 2
+
+[defaults]
+envs = ["Pendulum"]
+seeds = [1]
+flags = ["--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "1",
+         "--total-timesteps", "512", "--eval-episodes", "1"]
+
+[[arm]]
+name = "nap"
+agent = "ppo_nap"
+
+[[arm]]
+name = "plain"
+agent = "ppo_nap"
+flags = ["--no-nap", "--no-layer-norm"]
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "tiny.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_arms_inherit_defaults_and_name_their_folders(tmp_path):
+    recipe = load_recipe(write(tmp_path, TINY))
+    assert recipe.name == "tiny" and recipe.workers == 2 and [a.name for a in recipe.arms] == ["nap", "plain"]
+    plain = recipe.arm("plain")
+    assert plain.flags[-2:] == ("--no-nap", "--no-layer-norm") and plain.flags[:2] == ("--num-envs", "2")
+    points = recipe_points(recipe)
+    assert [p.folder_name() for p in points] == ["Pendulum__nap__s1", "Pendulum__plain__s1"]
+    assert [p.label for p in points] == ["nap", "plain"]
+    assert [p.folder_name() for p in recipe_points(recipe, ["plain"])] == ["Pendulum__plain__s1"]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[[arm]]\nname = 'a'\nagent = 'ppo_nap'\n", "no envs"),
+        ("[[arm]]\nname = 'a'\nenvs = ['Hopper']\n", "'agent' is required"),
+        ("[[arm]]\nname = 'a__b'\nagent = 'ppo_nap'\nenvs = ['Hopper']\n", "may not contain '__'"),
+        ("[[arm]]\nname = 'a'\nagent = 'ppo_nap'\nenvs = ['Hopper']\nseed = [1]\n", "unknown keys ['seed']"),
+        ("colour = 1\n[[arm]]\nname = 'a'\nagent = 'ppo_nap'\nenvs = ['Hopper']\n", "unknown keys ['colour']"),
+        ("description = 'nothing'\n", "no [[arm]] tables"),
+        ("[[arm]\n", "not valid TOML"),
+        (
+            "[defaults]\nenvs = ['Hopper']\n[[arm]]\nname = 'a'\nagent = 'ppo_nap'\n[[arm]]\nname = 'a'\nagent = 'sac_nap'\n",
+            "arm names repeat",
+        ),
+    ],
+)
+def test_bad_recipes_are_refused_with_the_problem_named(tmp_path, text, message):
+    with pytest.raises(RecipeError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_recipe(write(tmp_path, text))
+
+
+def test_a_missing_recipe_file_is_named(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "cleanrl_style.sweep", "--recipe", str(tmp_path / "nope.toml")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.returncode == 2 and "nope.toml does not exist" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_tiny_recipe_runs_is_skipped_when_rerun_exports_and_plots(tmp_path):
+    recipe = write(tmp_path, TINY)
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-m", "cleanrl_style.sweep", "--recipe", str(recipe), "--sweep-dir", str(runs)]
+    first = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "2 grid points" in first.stdout and "2 run(s) finished, 0 failed" in first.stdout
+    for arm in ("nap", "plain"):
+        record = json.loads((runs / f"Pendulum__{arm}__s1" / "sweep.json").read_text())
+        assert record["label"] == arm and record["returncode"] == 0
+    assert "--no-nap" in json.loads((runs / "Pendulum__plain__s1" / "sweep.json").read_text())["command"]
+    provenance = json.loads((runs / "Pendulum__nap__s1" / "provenance.json").read_text())
+    assert len(provenance) == 1 and provenance[0]["commit"] and provenance[0]["packages"]["torch"]
+
+    again = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert again.returncode == 0 and "2 finished, 0 to run" in again.stdout
+
+    out = tmp_path / "results"
+    written = export(str(recipe), str(runs), str(out))
+    assert sorted(p.name for p in written) == ["Pendulum__nap__s1", "Pendulum__plain__s1"]
+    assert (out / "recipe.toml").read_text() == TINY
+    with open(out / "Pendulum__nap__s1" / "progress.csv") as f:
+        metrics = {row["metric"] for row in csv.DictReader(f)}
+    assert "eval/return_mean" in metrics and "charts/SPS" in metrics
+    assert not any(m.startswith("losses/") for m in metrics)  # cut down to what a reader plots
+    assert not (out / "Pendulum__nap__s1" / "checkpoint.pt").exists()
+
+    plots = tmp_path / "plots"
+    plotted = subprocess.run(
+        [sys.executable, "-m", "cleanrl_style.plot", str(out), "--out", str(plots)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert plotted.returncode == 0, plotted.stdout + plotted.stderr
+    summary = (plots / "summary.md").read_text()
+    assert "nap" in summary and "plain" in summary
+    assert (plots / "curves_steps.png").stat().st_size > 10_000
