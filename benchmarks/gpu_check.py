@@ -1,6 +1,7 @@
-"""GPU check of the warp backend: one command, under ten minutes, prints its figures.
+"""GPU check: one command, under eight minutes on one GPU, prints its figures and a verdict per item.
 
     python benchmarks/gpu_check.py
+    python benchmarks/gpu_check.py --skip-smoke       # throughput figures only
 
 1. Humanoid-v5 with MuJoCo Warp on CUDA at 1,024, 8,192 and 32,768 worlds: physics env-steps/s
    (the captured CUDA graph of ``frame_skip`` MuJoCo steps, replayed) and full env steps/s through
@@ -8,6 +9,9 @@
 2. PPO-NaP end to end at 4,096 worlds: ``agents/ppo_nap.py --backend warp --device cuda`` run as
    a subprocess for a few iterations; its SPS is read from ``runs/<run>/progress.csv`` (metric
    ``charts/SPS``, the last value).
+3. Smoke runs of every control agent on CUDA, a few thousand Hopper steps each, on the warp and the
+   mujoco backends (and one compiled, one bf16): each must exit 0 with finite losses; its SPS is
+   printed.
 
 Goals on one H100/H200-class GPU: >= 1M physics env-steps/s at 8,192 worlds, >= 100k SPS for PPO.
 The first run compiles MuJoCo Warp's CUDA kernels (cached in ~/.cache/warp afterwards).
@@ -15,15 +19,16 @@ The first run compiles MuJoCo Warp's CUDA kernels (cached in ~/.cache/warp after
 
 from __future__ import annotations
 
-import argparse
 import csv
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import tyro
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -84,54 +89,99 @@ def measure_warp(num_envs: int, seconds: float) -> tuple[float, float, float]:
     return physics_sps, env_sps, build
 
 
-def ppo_sps(num_envs: int, iterations: int, num_steps: int, timeout: float) -> float:
-    run_dir = ROOT / "runs" / "gpu_check_ppo_nap"
+def run_agent(name: str, agent: str, flags: list[str], timeout: float) -> dict[str, float]:
+    """Run ``agents/<agent>.py`` with ``flags`` into runs/gpu_check/<name>; return its last logged metrics."""
+    run_dir = ROOT / "runs" / "gpu_check" / name
     shutil.rmtree(run_dir, ignore_errors=True)
-    cmd = [
-        sys.executable,
-        str(ROOT / "agents" / "ppo_nap.py"),
-        "--env",
-        "Humanoid",
-        "--backend",
-        "warp",
-        "--device",
-        "cuda",
-        "--num-envs",
-        str(num_envs),
-        "--num-steps",
-        str(num_steps),
-        "--total-timesteps",
-        str(num_envs * num_steps * iterations),
-        "--eval-episodes",
-        "0",
-        "--no-progress-bar",
-        "--checkpoint-every",
-        str(10**12),
-        "--run-dir",
-        str(run_dir),
-    ]
+    cmd = [sys.executable, str(ROOT / "agents" / f"{agent}.py"), *flags, "--no-progress-bar", "--run-dir", str(run_dir)]
     print("  $", " ".join(cmd[1:]), flush=True)
-    result = subprocess.run(cmd, cwd=ROOT, timeout=timeout, capture_output=True, text=True)
+    start = time.perf_counter()
+    try:
+        result = subprocess.run(cmd, cwd=ROOT, timeout=timeout, capture_output=True, text=True)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
     if result.returncode != 0:
-        sys.exit(f"ppo_nap.py failed (exit {result.returncode}):\n{result.stderr[-4000:]}")
+        return {
+            "error": f"exit {result.returncode}: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else ''}"
+        }
+    last: dict[str, float] = {"seconds": time.perf_counter() - start}
     with open(run_dir / "progress.csv") as f:
-        sps = [float(row["value"]) for row in csv.DictReader(f) if row["metric"] == "charts/SPS"]
-    if not sps:
-        sys.exit(f"no charts/SPS in {run_dir / 'progress.csv'}")
-    return sps[-1]
+        for row in csv.DictReader(f):
+            last[row["metric"]] = float(row["value"])
+    return last
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--num-envs", type=int, nargs="+", default=[1024, 8192, 32768])
-    parser.add_argument("--seconds", type=float, default=5.0, help="measuring time per figure")
-    parser.add_argument("--ppo-num-envs", type=int, default=4096)
-    parser.add_argument("--ppo-iterations", type=int, default=3, help="PPO iterations (the SPS of the last is reported)")
-    parser.add_argument("--ppo-num-steps", type=int, default=64, help="steps per sub-environment per iteration")
-    parser.add_argument("--ppo-timeout", type=float, default=360.0)
-    parser.add_argument("--skip-ppo", action="store_true")
-    args = parser.parse_args()
+def ppo_sps(num_envs: int, iterations: int, num_steps: int, timeout: float) -> float:
+    flags = ["--env", "Humanoid", "--backend", "warp", "--device", "cuda", "--num-envs", str(num_envs)]
+    flags += ["--num-steps", str(num_steps), "--total-timesteps", str(num_envs * num_steps * iterations)]
+    flags += ["--eval-episodes", "0", "--checkpoint-every", str(10**12)]
+    last = run_agent("ppo_nap_throughput", "ppo_nap", flags, timeout)
+    if "error" in last:
+        sys.exit(f"ppo_nap.py failed: {last['error']}")
+    if "charts/SPS" not in last:
+        sys.exit("ppo_nap.py logged no charts/SPS")
+    return last["charts/SPS"]
 
+
+# (name, agent, flags): a few thousand Hopper steps each; learning starts early so updates run.
+OFFPOLICY_SHORT = ["--total-timesteps", "3000", "--eval-episodes", "0", "--log-every", "500"]
+OFFPOLICY_WARM = ["--learning-starts", "1000"]
+SYMPHONY_WARM = ["--warmup-steps", "1000", "--buffer-size", "20000"]
+SMOKE_RUNS = [
+    ("ppo_nap_warp", "ppo_nap", ["--backend", "warp", "--num-envs", "64", "--num-steps", "32", "--total-timesteps", "6144"]),
+    ("ppo_nap_mujoco", "ppo_nap", ["--backend", "mujoco", "--num-steps", "384", "--total-timesteps", "3072"]),
+    ("sac_nap_warp", "sac_nap", ["--backend", "warp", "--num-envs", "4", *OFFPOLICY_WARM, *OFFPOLICY_SHORT]),
+    ("sac_nap_mujoco", "sac_nap", ["--backend", "mujoco", *OFFPOLICY_WARM, *OFFPOLICY_SHORT]),
+    ("sac_simba_warp_compiled", "sac_simba", ["--backend", "warp", "--compile", "on", *OFFPOLICY_WARM, *OFFPOLICY_SHORT]),
+    ("sac_simba_mujoco_bf16", "sac_simba", ["--backend", "mujoco", "--precision", "bf16", *OFFPOLICY_WARM, *OFFPOLICY_SHORT]),
+    ("symphony_warp", "symphony", ["--backend", "warp", *SYMPHONY_WARM, *OFFPOLICY_SHORT]),
+    ("symphony_mujoco", "symphony", ["--backend", "mujoco", *SYMPHONY_WARM, *OFFPOLICY_SHORT]),
+]
+
+
+def smoke(timeout: float) -> bool:
+    """Every control agent on CUDA; True if all exit 0 with finite losses."""
+    import math
+
+    ok = True
+    for name, agent, flags in SMOKE_RUNS:
+        last = run_agent(f"smoke_{name}", agent, ["--env", "Hopper", "--device", "cuda", *flags], timeout)
+        losses = {k: v for k, v in last.items() if k.startswith("losses/")}
+        if "error" in last:
+            verdict = f"FAILED ({last['error']})"
+        elif not losses or not all(math.isfinite(v) for v in losses.values()):
+            verdict = f"FAILED (losses {losses or 'never logged'})"
+        else:
+            verdict = "ok"
+        ok &= verdict == "ok"
+        sps = last.get("charts/SPS", float("nan"))
+        print(f"  {name:26s} {verdict:8s} SPS {sps:>9,.0f}   ({last.get('seconds', float('nan')):.0f} s)", flush=True)
+    return ok
+
+
+@dataclass
+class CheckArgs:
+    num_envs: tuple[int, ...] = (1024, 8192, 32768)
+    """worlds for the warp throughput figures"""
+    seconds: float = 5.0
+    """measuring time per figure"""
+    ppo_num_envs: int = 4096
+    """worlds of the PPO-NaP throughput run"""
+    ppo_iterations: int = 3
+    """PPO iterations (the SPS of the last is reported)"""
+    ppo_num_steps: int = 64
+    """steps per sub-environment per PPO iteration"""
+    ppo_timeout: float = 360.0
+    """seconds before the PPO run is abandoned"""
+    smoke_timeout: float = 150.0
+    """seconds before one smoke run is abandoned"""
+    skip_ppo: bool = False
+    """skip the PPO throughput run"""
+    skip_smoke: bool = False
+    """skip the smoke runs of every agent"""
+
+
+def main(args: CheckArgs) -> None:
     require_cuda()
     print(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
     start = time.perf_counter()
@@ -149,8 +199,12 @@ def main() -> None:
         sps = ppo_sps(args.ppo_num_envs, args.ppo_iterations, args.ppo_num_steps, args.ppo_timeout)
         verdict = "meets" if sps >= PPO_GOAL else "misses"
         print(f"  SPS {sps:,.0f} ({verdict} the goal of {PPO_GOAL:,})", flush=True)
+    if not args.skip_smoke:
+        print("Every control agent on CUDA, Hopper-v5, a few thousand steps:", flush=True)
+        all_ok = smoke(args.smoke_timeout)
+        print(f"  smoke runs: {'all passed' if all_ok else 'FAILURES above'}", flush=True)
     print(f"total {time.perf_counter() - start:.0f} s")
 
 
 if __name__ == "__main__":
-    main()
+    main(tyro.cli(CheckArgs))
