@@ -79,7 +79,7 @@ class Args(RunArgs):
     updates_per_step: float = 1.0
     """gradient steps per environment step (update-to-data ratio)"""
     policy_lr: float = 3e-4
-    """Adam learning rate of the actor and the temperature"""
+    """Adam learning rate of the actor"""
     q_lr: float = 1e-3
     """Adam learning rate of the critics"""
     anneal_lr: bool = True

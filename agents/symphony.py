@@ -30,9 +30,11 @@ What Symphony puts together, with the defaults of the paper and its official cod
   (probability 0.5): the forward value is unchanged, the gradient passes through a random half of
   the outputs (the paper's setting; ``--grad-dropout 0`` turns it off).
 
-Each place the official code differs from an earlier reading is a flag: ``--sb-map sigmoid`` (S and B
-as ``(1 + y) / 2``), ``--grad-dropout 0``, ``--batch-size 256``, ``--bias-correction``,
-``--warmup-actions uniform``, ``--q-bar-init first-batch``.
+Flags give the alternatives to these choices: ``--sb-map sigmoid`` (S and B as ``(1 + y) / 2``),
+``--grad-dropout 0``, ``--batch-size 256``, ``--bias-correction``, ``--warmup-actions uniform``,
+``--q-bar-init first-batch``. The target critic is a copy of the critic, gradient dropout included:
+the actor's gradient through ``q'`` is masked the same way (as in the official code, whose target
+networks are copies too).
 
 Choices made here (the paper and the official code leave them open, or this suite differs):
 - ``q'`` uses the actor's noisy action at ``s'`` (reparameterized, like SAC's sampled next action);

@@ -21,10 +21,14 @@ def _steps_are_unique_and_increasing(series):
         assert steps == sorted(set(steps)), f"{metric}: duplicated or unordered steps {steps}"
 
 
-def test_ppo_nap_learns_inverted_pendulum(run_agent, tmp_path):
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_ppo_nap_learns_inverted_pendulum(run_agent, tmp_path, precision):
     run_dir = tmp_path / "learn"
     run_agent(
         "ppo_nap",
+        "--precision",
+        precision,
         "--env",
         "InvertedPendulum",
         "--num-envs",

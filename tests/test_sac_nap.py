@@ -122,10 +122,14 @@ def test_nap_keeps_every_hidden_layer_at_its_initial_norm(nap):
         assert max(abs(a / b - 1) for a, b in zip(after, before)) > 1e-3
 
 
-def test_sac_nap_learns_pendulum(tmp_path):
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_sac_nap_learns_pendulum(tmp_path, precision):
     run_agent(
         "sac_nap",
         tmp_path / "run",
+        "--precision",
+        precision,
         "--env",
         "Pendulum",
         "--total-timesteps",

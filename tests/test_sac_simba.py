@@ -137,10 +137,14 @@ def test_critic_target_bootstraps_through_truncation_not_termination():
     assert losses["losses/qf_loss"].item() == pytest.approx(2 * (1 + (1 + 99) ** 2) / 2, rel=0.02)
 
 
-def test_sac_simba_learns_pendulum(tmp_path):
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_sac_simba_learns_pendulum(tmp_path, precision):
     run_agent(
         "sac_simba",
         tmp_path / "run",
+        "--precision",
+        precision,
         "--env",
         "Pendulum",
         "--total-timesteps",

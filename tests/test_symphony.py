@@ -133,10 +133,14 @@ def test_one_combined_step_updates_actor_and_critic_and_the_moving_average():
     assert not torch.isnan(agent.q_bar)
 
 
-def test_symphony_learns_inverted_pendulum(tmp_path):
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_symphony_learns_inverted_pendulum(tmp_path, precision):
     run_agent(
         "symphony",
         tmp_path / "run",
+        "--precision",
+        precision,
         "--env",
         "InvertedPendulum",
         "--total-timesteps",
