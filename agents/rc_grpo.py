@@ -4,7 +4,7 @@
     python agents/rc_grpo.py --stage rl --model runs/<rctp run>/model       # stage 2 from stage 1's model
     python agents/rc_grpo.py --stage rctp --model runs/<rl run>/model       # (either stage starts from the other's model)
 
-Zhong et al. (REFERENCE.md, RC-GRPO). In multi-turn tool use an SFT'd policy makes the rollouts
+Zhong et al. (docs/algorithms.md#rc-grpo). In multi-turn tool use an SFT'd policy makes the rollouts
 of a GRPO group alike, so a group's binary rewards are often all equal and its advantage is zero.
 
 Stage 1, RCTP. Trajectories from the environment's scripted policies (expert, and noisy with one

@@ -3,7 +3,7 @@
     python agents/turnsight.py                                   # SmolLM2-135M-Instruct (offline)
     python agents/turnsight.py --lam 0.5 --eps-w 0.5 --horizons 1 2 3
 
-Qu et al. (REFERENCE.md, TurnSight). GRPO gives every token of an episode the same advantage A.
+Qu et al. (docs/algorithms.md#turnsight). GRPO gives every token of an episode the same advantage A.
 TurnSight asks, per turn, how much the rollout's own future explains what the policy wrote, and
 reweights A turn by turn without ever changing its sign:
 

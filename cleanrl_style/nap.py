@@ -6,7 +6,7 @@ feeding a normalized unit, so a growing weight norm silently shrinks the effecti
 every optimizer step, ``W <- W * ||W_init|| / ||W||``, makes the effective learning rate follow the
 explicit learning-rate schedule instead.
 
-Choices the paper leaves open are options here (REFERENCE.md marks them unconfirmed):
+Choices the paper leaves open are options here (docs/algorithms.md#nap lists them):
 
 - ``layer_norm``: ``"joint"`` rescales each LayerNorm's ``(gamma, beta)`` together back to their
   initial joint norm (``sqrt(d)`` for ``gamma = 1, beta = 0``); ``"none"`` leaves them free.

@@ -27,7 +27,7 @@ def test_fading_weight_matches_hand_values():
     u = torch.tensor([0.0, 0.2, 0.3, 0.4, 0.9], dtype=torch.float64)
     expected = [math.tanh((math.pi * x) ** math.e) for x in u.tolist()]
     assert fading_tanh(u).tolist() == pytest.approx(expected, abs=1e-12)
-    # The values REFERENCE.md quotes: the oldest ~40% fade, the rest is nearly uniform.
+    # The values docs/algorithms.md#symphony quotes: the oldest ~40% fade, the rest is nearly uniform.
     assert expected[1:4] == pytest.approx([0.27, 0.69, 0.95], abs=0.01)
     assert expected[0] == 0.0 and expected[4] > 0.999
 

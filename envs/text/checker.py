@@ -1,4 +1,4 @@
-"""Per-turn verification in the BFCL multi-turn model (REFERENCE.md).
+"""Per-turn verification in the BFCL multi-turn model (docs/algorithms.md#multi-turn-tool-environments).
 
 At the end of each user turn the gold calls of that turn are replayed on a separate gold world
 (which carries over from turn to turn), then:

@@ -5,7 +5,7 @@ calls that solve it. Gold calls are found by running templates against a scratch
 world while generating, so later turns can refer to what earlier turns created ("cancel the
 booking you just made") and every gold call is known to succeed.
 
-Variants (REFERENCE.md, the BFCL multi-turn model):
+Variants (the BFCL multi-turn model, docs/algorithms.md#multi-turn-tool-environments):
 
 - ``base``: plain turns.
 - ``missing_function``: a tool a turn needs is withheld; in that turn the right move is to say
