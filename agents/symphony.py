@@ -33,8 +33,7 @@ What Symphony puts together, with the defaults of the paper and its official cod
 Flags give the alternatives to these choices: ``--sb-map sigmoid`` (S and B as ``(1 + y) / 2``),
 ``--grad-dropout 0``, ``--batch-size 256``, ``--bias-correction``, ``--warmup-actions uniform``,
 ``--q-bar-init first-batch``. The target critic is a copy of the critic, gradient dropout included:
-the actor's gradient through ``q'`` is masked the same way (as in the official code, whose target
-networks are copies too).
+the actor's gradient through ``q'`` is masked the same way.
 
 Choices made here (the paper and the official code leave them open, or this suite differs):
 - ``q'`` uses the actor's noisy action at ``s'`` (reparameterized, like SAC's sampled next action);
