@@ -28,7 +28,8 @@ Choices made here (the papers leave them open):
   statistics update from every environment step, random warm-up included. CleanRL does not
   normalize: ``--no-obs-norm``.
 - Plain SAC, CleanRL's, is ``--no-nap --no-layer-norm --no-anneal-lr --no-obs-norm``.
-- ``--compile auto`` compiles the update step for runs of 200k steps or more.
+- ``--compile auto`` compiles the critic and actor losses (forward and backward) for runs of 200k steps or
+  more with LayerNorm (without it, the plain MLP's update is faster eager on a CPU).
 - Truncated episodes bootstrap from the true final observation (``info["final_obs"]``); only
   termination stops the bootstrap.
 """
@@ -53,12 +54,11 @@ from cleanrl_style import (
     RunningNorm,
     compile_or_eager,
     mlp,
-    snapshot,
 )
 from cleanrl_style.ensemble import Ensemble
 from cleanrl_style.replay import Batch, ReplayBuffer, buffer_checkpoint, restore_buffer
 
-# --compile auto compiles the update of runs at least this long, which repay the one-off compile.
+# --compile auto compiles the losses of runs at least this long, which repay the one-off compile.
 COMPILE_FROM_STEPS = 200_000
 
 
@@ -202,28 +202,49 @@ def soft_q_target(
 class Learner:
     """Optimizers, NaP projectors and the target entropy of a :class:`SoftActorCritic`."""
 
-    def __init__(self, agent: SoftActorCritic, args: Args, autocast=None):
+    def __init__(self, agent: SoftActorCritic, args: Args, autocast=None, compile: bool = False):
         self.agent, self.args = agent, args
         self.autocast = autocast or (lambda: torch.autocast("cpu", enabled=False))
+        # The losses' forward and backward compiled (torch.compile); zeroing, the optimizer steps and
+        # the projection are a few fused ops each already (FlatParameters) and stay eager.
+        self._critic_loss = compile_or_eager(self.critic_loss, compile)
+        self._actor_loss = compile_or_eager(self.actor_loss, compile)
         # Each network's parameters in one tensor: zeroing and the Adam step are one op each
         # (same math as per-parameter; see cleanrl_style/flat_params.py). Before members() below.
         self.actor_flat, self.critic_flat = FlatParameters(agent.actor), FlatParameters(agent.critic)
-        # Learning rates as tensors: annealing changes their value in place, so a compiled update
-        # does not see a new constant (and recompile) at every step.
-        self.actor_opt = torch.optim.Adam([self.actor_flat.param], lr=torch.tensor(args.policy_lr), fused=True)
-        self.critic_opt = torch.optim.Adam([self.critic_flat.param], lr=torch.tensor(args.q_lr), fused=True)
+        self.actor_opt = torch.optim.Adam([self.actor_flat.param], lr=args.policy_lr, fused=True)
+        self.critic_opt = torch.optim.Adam([self.critic_flat.param], lr=args.q_lr, fused=True)
         self.alpha_opt = torch.optim.Adam([agent.log_alpha], lr=args.alpha_lr)
         self.target_entropy = -float(agent.action_scale.numel())
         nap = dict(project_output=args.nap_project_output, layer_norm=args.nap_layer_norm, biases=args.nap_biases)
         critic_members = agent.critic.members()
         self.actor_nap = NormProjector(agent.actor, [agent.actor.net[-1]], **nap)
         self.critic_nap = NormProjector(critic_members, [m[-1] for m in critic_members], **nap)
-        self.actor_nap.prepare(), self.critic_nap.prepare()  # before any compiled call traces project()
 
     def set_lr_fraction(self, frac: float) -> None:
         """Anneal the actor's and the critics' learning rates (the temperature's stays constant)."""
-        self.actor_opt.param_groups[0]["lr"].fill_(frac * self.args.policy_lr)
-        self.critic_opt.param_groups[0]["lr"].fill_(frac * self.args.q_lr)
+        self.actor_opt.param_groups[0]["lr"] = frac * self.args.policy_lr
+        self.critic_opt.param_groups[0]["lr"] = frac * self.args.q_lr
+
+    def critic_loss(self, obs, actions, rewards, next_obs, terminated, alpha) -> tuple[torch.Tensor, torch.Tensor]:
+        """Soft TD loss of every critic (normalized observations) and the mean Q; pure, so it compiles."""
+        agent = self.agent
+        with torch.no_grad(), self.autocast():
+            next_action, next_log_prob = agent.sample(next_obs)
+            next_q = agent.q_values(next_obs, next_action, target=True).float()
+            target = soft_q_target(rewards, terminated, next_q, next_log_prob.float(), alpha, self.args.gamma)
+        with self.autocast():
+            q = agent.q_values(obs, actions).float()
+        return ((q - target) ** 2).mean(1).sum(), q.detach().mean()
+
+    def actor_loss(self, obs, alpha) -> tuple[torch.Tensor, torch.Tensor]:
+        """``alpha log pi - min_k Q_k`` (critic parameters get no gradient) and the log-probabilities."""
+        agent = self.agent
+        with self.autocast():
+            action, log_prob = agent.sample(obs)
+            q_pi = agent.q_values(obs, action, detach_params=True).min(0).values
+        log_prob = log_prob.float()
+        return (alpha * log_prob - q_pi.float()).mean(), log_prob.detach()
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Critic step, actor step, temperature step, then the Polyak update of the target critics."""
@@ -231,31 +252,21 @@ class Learner:
         obs, next_obs = agent.obs_norm(batch.obs), agent.obs_norm(batch.next_obs)
         alpha = agent.log_alpha.exp().detach()
 
-        with torch.no_grad(), self.autocast():
-            next_action, next_log_prob = agent.sample(next_obs)
-            next_q = agent.q_values(next_obs, next_action, target=True).float()
-            target = soft_q_target(batch.rewards, batch.terminated, next_q, next_log_prob.float(), alpha, args.gamma)
-        with self.autocast():
-            q = agent.q_values(obs, batch.actions).float()
-        qf_loss = ((q - target) ** 2).mean(1).sum()
+        qf_loss, q_mean = self._critic_loss(obs, batch.actions, batch.rewards, next_obs, batch.terminated, alpha)
         self.critic_flat.zero_grad()
         qf_loss.backward()
         self.critic_opt.step()
         if args.nap:
             self.critic_nap.project()
 
-        with self.autocast():
-            action, log_prob = agent.sample(obs)
-            q_pi = agent.q_values(obs, action, detach_params=True).min(0).values
-        log_prob = log_prob.float()
-        actor_loss = (alpha * log_prob - q_pi.float()).mean()
+        actor_loss, log_prob = self._actor_loss(obs, alpha)
         self.actor_flat.zero_grad()
         actor_loss.backward()
         self.actor_opt.step()
         if args.nap:
             self.actor_nap.project()
 
-        alpha_loss = -(agent.log_alpha.exp() * (log_prob.detach() + self.target_entropy)).mean()
+        alpha_loss = -(agent.log_alpha.exp() * (log_prob + self.target_entropy)).mean()
         if args.autotune:
             self.alpha_opt.zero_grad(set_to_none=True)
             alpha_loss.backward()
@@ -265,7 +276,7 @@ class Learner:
             torch._foreach_lerp_(list(agent.critic_target.parameters()), list(agent.critic.parameters()), args.tau)
         return {
             "losses/qf_loss": qf_loss.detach(),
-            "losses/qf_values": q.detach().mean(),
+            "losses/qf_values": q_mean,
             "losses/actor_loss": actor_loss.detach(),
             "losses/alpha": alpha,
             "losses/alpha_loss": alpha_loss.detach(),
@@ -273,8 +284,8 @@ class Learner:
 
     def layer_stats(self) -> dict[str, float]:
         return {
-            **self.actor_nap.layer_stats(float(self.actor_opt.param_groups[0]["lr"]), prefix="actor."),
-            **self.critic_nap.layer_stats(float(self.critic_opt.param_groups[0]["lr"]), prefix="critic."),
+            **self.actor_nap.layer_stats(self.actor_opt.param_groups[0]["lr"], prefix="actor."),
+            **self.critic_nap.layer_stats(self.critic_opt.param_groups[0]["lr"], prefix="critic."),
         }
 
     def state_dict(self) -> dict:
@@ -306,7 +317,10 @@ if __name__ == "__main__":
 
     vec_env = envs.make(args.env, args.num_envs, backend=args.backend, device=device, seed=args.seed + run.start_step)
     agent = make_agent(args, vec_env)
-    learner = Learner(agent, args, run.autocast)
+    # auto: compiling pays where LayerNorm adds elementwise work to fuse; plain 256-wide MLPs run faster eager on a CPU
+    long_run = args.total_timesteps >= COMPILE_FROM_STEPS
+    use_compile = args.compile == "on" or (args.compile == "auto" and long_run and args.layer_norm)
+    learner = Learner(agent, args, run.autocast, compile=use_compile)
     rb = ReplayBuffer(args.buffer_size, vec_env.single_observation_space.shape, vec_env.single_action_space.shape, device)
     updates_from = args.learning_starts
     if run.checkpoint is not None:
@@ -315,8 +329,6 @@ if __name__ == "__main__":
         if not restore_buffer(run.checkpoint, rb):  # refill the buffer (current policy) before updating again
             updates_from = run.start_step + args.learning_starts
     updates_per_vector_step = max(1, round(args.updates_per_step * args.num_envs))
-    use_compile = args.compile == "on" or (args.compile == "auto" and args.total_timesteps >= COMPILE_FROM_STEPS)
-    update = compile_or_eager(learner.update, use_compile, state=lambda: snapshot(agent, learner))
 
     global_step = run.start_step
     obs, _ = vec_env.reset()
@@ -345,12 +357,12 @@ if __name__ == "__main__":
             if args.anneal_lr:
                 learner.set_lr_fraction(1.0 - global_step / args.total_timesteps)
             for _ in range(updates_per_vector_step):
-                losses = update(rb.sample(args.batch_size))
+                losses = learner.update(rb.sample(args.batch_size))
 
         # ---- logging and checkpoints -------------------------------------------------------------
         if global_step % args.log_every < args.num_envs:
             sps = run.sps(global_step)
-            metrics = {"charts/SPS": sps, "charts/learning_rate": float(learner.critic_opt.param_groups[0]["lr"])}
+            metrics = {"charts/SPS": sps, "charts/learning_rate": learner.critic_opt.param_groups[0]["lr"]}
             metrics.update({k: v.item() for k, v in losses.items()})
             if losses:
                 metrics.update(learner.layer_stats())

@@ -35,8 +35,10 @@ Choices made here (the paper and the official code leave them, or differ only in
   checkpoint. Biases start at 0 and the blocks' weights He-normal (torch's, not truncated).
 - Truncated episodes bootstrap from the true final observation (``info["final_obs"]``).
 - The critics of the ensemble are one ``Ensemble``: stacked weights, one batched call.
-- ``--compile auto`` compiles the update step for runs of 100k steps or more; ``--precision bf16``
-  runs the matrix products in bfloat16 (losses, weights and optimizer state stay float32).
+- ``--compile auto`` compiles the actor and critic losses (forward and backward) for runs of 100k
+  steps or more on CUDA (on a CPU the eager update measured as fast or faster).
+- ``--precision bf16`` runs the matrix products in bfloat16 (losses, weights and optimizer state
+  stay float32).
 """
 
 from __future__ import annotations
@@ -60,12 +62,11 @@ from cleanrl_style import (
     SimbaEncoder,
     compile_or_eager,
     layer_init,
-    snapshot,
 )
 from cleanrl_style.ensemble import Ensemble
 from cleanrl_style.replay import Batch, ReplayBuffer, buffer_checkpoint, restore_buffer
 
-# --compile auto compiles the update of runs at least this long, which repay the one-off compile.
+# --compile auto compiles the losses of runs at least this long, which repay the one-off compile.
 COMPILE_FROM_STEPS = 100_000
 
 
@@ -212,11 +213,14 @@ class SimbaSAC(nn.Module):
 # One gradient step: actor, temperature, critics, target critics
 # ---------------------------------------------------------------------------------------------
 class Learner:
-    def __init__(self, agent: SimbaSAC, args: Args, autocast=None):
+    def __init__(self, agent: SimbaSAC, args: Args, autocast=None, compile: bool = False):
         if args.gamma is None:
             raise ValueError("Learner needs a resolved discount: set args.gamma (horizon_discount gives SimBa's rule)")
         self.agent, self.args, self.gamma = agent, args, args.gamma
         self.autocast = autocast or (lambda: torch.autocast("cpu", enabled=False))
+        # The losses' forward and backward compiled (torch.compile); the optimizer steps stay eager.
+        self._actor_loss = compile_or_eager(self.actor_loss, compile)
+        self._critic_loss = compile_or_eager(self.critic_loss, compile)
         # Each network's parameters in one tensor: zeroing and the AdamW step are one op each (same
         # math as per-parameter AdamW; see cleanrl_style/flat_params.py).
         self.actor_flat, self.critic_flat = FlatParameters(agent.actor), FlatParameters(agent.critic)
@@ -226,35 +230,44 @@ class Learner:
         self.alpha_opt = torch.optim.Adam([agent.log_alpha], lr=args.alpha_lr)
         self.target_entropy = -args.target_entropy_scale * agent.action_scale.numel()
 
+    def actor_loss(self, obs, alpha) -> tuple[torch.Tensor, torch.Tensor]:
+        """``alpha log pi - Q`` (critic parameters get no gradient) and the log-probabilities; pure, so it compiles."""
+        with self.autocast():
+            action, log_prob = self.agent.sample(obs)
+            q_pi = self.agent.q(obs, action, detach_params=True)
+        return (alpha * log_prob - q_pi).mean(), log_prob.detach()
+
+    def critic_loss(self, obs, actions, rewards, next_obs, terminated, alpha) -> tuple[torch.Tensor, torch.Tensor]:
+        """TD loss of the critics against the target critics at the current actor's next action, and the mean Q."""
+        agent = self.agent
+        with torch.no_grad(), self.autocast():
+            next_action, next_log_prob = agent.sample(next_obs)
+            next_v = agent.q(next_obs, next_action, target=True) - alpha * next_log_prob
+            target = rewards + self.gamma * (1.0 - terminated) * next_v
+        with self.autocast():
+            q = agent.q_all(obs, actions)
+        return ((q - target) ** 2).mean(1).sum(), q.detach().mean()
+
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         agent = self.agent
         obs, next_obs = agent.obs_norm(batch.obs), agent.obs_norm(batch.next_obs)
 
-        # Actor: maximize Q - alpha * log pi (critic parameters get no gradient from this loss).
+        # Actor: maximize Q - alpha * log pi.
         alpha = agent.log_alpha.exp().detach()
-        with self.autocast():
-            action, log_prob = agent.sample(obs)
-            q_pi = agent.q(obs, action, detach_params=True)
-        actor_loss = (alpha * log_prob - q_pi).mean()
+        actor_loss, log_prob = self._actor_loss(obs, alpha)
         self.actor_flat.zero_grad()
         actor_loss.backward()
         self.actor_opt.step()
 
         # Temperature, towards the target entropy.
-        alpha_loss = -(agent.log_alpha.exp() * (log_prob.detach() + self.target_entropy)).mean()
+        alpha_loss = -(agent.log_alpha.exp() * (log_prob + self.target_entropy)).mean()
         self.alpha_opt.zero_grad(set_to_none=True)
         alpha_loss.backward()
         self.alpha_opt.step()
 
         # Critics: the target uses the actor and temperature just updated.
-        with torch.no_grad(), self.autocast():
-            alpha = agent.log_alpha.exp()
-            next_action, next_log_prob = agent.sample(next_obs)
-            next_v = agent.q(next_obs, next_action, target=True) - alpha * next_log_prob
-            target = batch.rewards + self.gamma * (1.0 - batch.terminated) * next_v
-        with self.autocast():
-            q = agent.q_all(obs, batch.actions)
-        qf_loss = ((q - target) ** 2).mean(1).sum()
+        alpha = agent.log_alpha.exp().detach()
+        qf_loss, q_mean = self._critic_loss(obs, batch.actions, batch.rewards, next_obs, batch.terminated, alpha)
         self.critic_flat.zero_grad()
         qf_loss.backward()
         self.critic_opt.step()
@@ -263,11 +276,11 @@ class Learner:
             torch._foreach_lerp_(list(agent.critic_target.parameters()), list(agent.critic.parameters()), self.args.tau)
         return {
             "losses/qf_loss": qf_loss.detach(),
-            "losses/qf_values": q.detach().mean(),
+            "losses/qf_values": q_mean,
             "losses/actor_loss": actor_loss.detach(),
             "losses/alpha": alpha,
             "losses/alpha_loss": alpha_loss.detach(),
-            "losses/entropy": -log_prob.detach().mean(),
+            "losses/entropy": -log_prob.mean(),
         }
 
     def state_dict(self) -> dict:
@@ -298,7 +311,10 @@ if __name__ == "__main__":
 
     vec_env = envs.make(args.env, args.num_envs, backend=args.backend, device=device, seed=args.seed + run.start_step)
     agent = make_agent(args, vec_env)
-    learner = Learner(agent, args, run.autocast)
+    # auto: on CUDA only; on a CPU the eager update measured as fast or faster (benchmarks/update_efficiency.py)
+    long_run = args.total_timesteps >= COMPILE_FROM_STEPS
+    use_compile = args.compile == "on" or (args.compile == "auto" and long_run and device.type == "cuda")
+    learner = Learner(agent, args, run.autocast, compile=use_compile)
     rb = ReplayBuffer(args.buffer_size, vec_env.single_observation_space.shape, vec_env.single_action_space.shape, device)
     updates_from = args.learning_starts
     if run.checkpoint is not None:
@@ -307,8 +323,6 @@ if __name__ == "__main__":
         if not restore_buffer(run.checkpoint, rb):  # refill the buffer (current policy) before updating again
             updates_from = run.start_step + args.learning_starts
     updates_per_vector_step = max(1, round(args.updates_per_step * args.num_envs))
-    use_compile = args.compile == "on" or (args.compile == "auto" and args.total_timesteps >= COMPILE_FROM_STEPS)
-    update = compile_or_eager(learner.update, use_compile, state=lambda: snapshot(agent, learner))
     print(f"gamma {args.gamma:.4g}, {'two critics, clipped double-Q' if agent.clipped_double_q else 'one critic'}")
 
     global_step = run.start_step
@@ -334,7 +348,7 @@ if __name__ == "__main__":
         # ---- learn -------------------------------------------------------------------------------
         if global_step >= updates_from and len(rb) >= args.batch_size:
             for _ in range(updates_per_vector_step):
-                losses = update(rb.sample(args.batch_size))
+                losses = learner.update(rb.sample(args.batch_size))
 
         # ---- logging and checkpoints -------------------------------------------------------------
         if global_step % args.log_every < args.num_envs:

@@ -9,13 +9,15 @@ them), on Hopper-v5's shapes, fed batches from the same random transitions, in o
 
 - **FLOPs per update**, counted by ``torch.utils.flop_counter.FlopCounterMode`` over one eager
   update (forward, backward and optimizer arithmetic of the matrix products it sees);
-- **seconds per update**, eager and compiled (``--compile``), in alternating rounds (the machine's
+- **seconds per update**, eager and with compiled losses (``--compile``), in alternating rounds (the machine's
   speed drifts), the median round reported; **achieved GFLOP/s** = FLOPs / seconds;
 - **the ceiling**: every matrix product one update runs (recorded with their shapes, dtypes and
   transposes), replayed back to back on fresh tensors, nothing else; ceiling GFLOP/s = their FLOPs
   / their time, measured in the same rounds;
 - **achieved / ceiling**: the share of the update's time that is matrix products at the speed the
-  same products reach alone.
+  same products reach alone;
+- the peak of a 256x256x256 product in float32 and bfloat16: the hardware's rate for each precision
+  (a CPU without AVX-512 BF16 or AMX emulates bfloat16, far below its float32 rate).
 
 Also prints the hours 100k environment steps of updates take at that rate (updates per env step x
 100k x seconds per update).
@@ -39,8 +41,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import envs  # noqa: E402
-from cleanrl_style import compile_or_eager  # noqa: E402
 from cleanrl_style.evaluate import import_agent  # noqa: E402
+from cleanrl_style.provenance import cpu_has_native_bf16  # noqa: E402
 from cleanrl_style.replay import ReplayBuffer  # noqa: E402
 
 MATMULS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default"}
@@ -103,6 +105,16 @@ def replay_matmuls(calls: list[tuple], device: str):
     return run
 
 
+def matmul_peak(dtype: torch.dtype, device: str, size: int = 256, seconds: float = 1.0) -> float:
+    """GFLOP/s of a square matrix product of this size and dtype, the hardware's rate for the precision."""
+    a, b = torch.randn(size, size, device=device).to(dtype), torch.randn(size, size, device=device).to(dtype)
+    count, start = 0, time.perf_counter()
+    while count < 3 or time.perf_counter() - start < seconds:
+        a @ b
+        count += 1
+    return 2 * size**3 * count / (time.perf_counter() - start) / 1e9
+
+
 def parse_overrides(specs: tuple[str, ...]) -> dict[str, dict[str, object]]:
     out: dict[str, dict[str, object]] = {}
     for spec in specs:
@@ -123,7 +135,7 @@ def parse_overrides(specs: tuple[str, ...]) -> dict[str, dict[str, object]]:
     return out
 
 
-def build(name: str, overrides: dict, args: BenchArgs, vec_env) -> tuple:
+def build(name: str, overrides: dict, args: BenchArgs, vec_env, compile: bool = False) -> tuple:
     module = import_agent(str(REPO / "agents" / f"{name}.py"))
     agent_args = module.Args(env=args.env, device=args.device, precision=args.precision, **overrides)
     if getattr(agent_args, "gamma", 0.0) is None:  # sac_simba's discount rule
@@ -135,7 +147,7 @@ def build(name: str, overrides: dict, args: BenchArgs, vec_env) -> tuple:
     def autocast():
         return torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
 
-    learner = module.Learner(agent, agent_args, autocast)
+    learner = module.Learner(agent, agent_args, autocast, compile=compile)
     return module, agent, agent_args, learner
 
 
@@ -186,11 +198,11 @@ def main(args: BenchArgs) -> None:
         )
         contenders[f"{name} eager"] = lambda learner=learner, rb=rb, bs=batch_size: learner.update(rb.sample(bs))
         contenders[f"{name} ceiling"] = ceiling
-        if args.compile:
-            compiled = compile_or_eager(learner.update, True)
+        if args.compile:  # the same agent and data, its losses compiled (the agents' --compile on)
+            compiled = build(name, overrides.get(name, {}), args, vec_env, compile=True)[3]
             for _ in range(3):  # compile, then let any recompilation settle
-                compiled(rb.sample(batch_size))
-            contenders[f"{name} compiled"] = lambda compiled=compiled, rb=rb, bs=batch_size: compiled(rb.sample(bs))
+                compiled.update(rb.sample(batch_size))
+            contenders[f"{name} compiled"] = lambda compiled=compiled, rb=rb, bs=batch_size: compiled.update(rb.sample(bs))
 
     seconds: dict[str, list[float]] = {key: [] for key in contenders}
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
@@ -203,11 +215,16 @@ def main(args: BenchArgs) -> None:
             sync()
             seconds[key].append((time.perf_counter() - start) / count)
 
+    peaks = {dtype: matmul_peak(dtype, args.device) for dtype in (torch.float32, torch.bfloat16)}
     cpu_lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
     cpu = next((line.split(":", 1)[1].strip() for line in cpu_lines if line.startswith("model name")), "?")
     print(
         f"{args.env} shapes (obs {obs_dim}, act {act_dim}), {args.device} ({cpu}), torch {torch.__version__}, "
         f"{torch.get_num_threads()} thread(s), {args.precision}, median of {args.rounds} alternating rounds"
+    )
+    print(
+        f"peak of a 256x256x256 matrix product: float32 {peaks[torch.float32]:.1f} GFLOP/s, "
+        f"bfloat16 {peaks[torch.bfloat16]:.1f} GFLOP/s (native bf16 arithmetic: {cpu_has_native_bf16()})"
     )
     for name in args.agents:
         i = info[name]

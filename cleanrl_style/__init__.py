@@ -4,7 +4,7 @@ What is the algorithm stays in ``agents/<name>.py``; what is not lives here, wri
 """
 
 from cleanrl_style.checkpoint import load_checkpoint, save_checkpoint
-from cleanrl_style.compiling import compile_or_eager, snapshot
+from cleanrl_style.compiling import compile_or_eager
 from cleanrl_style.episodes import EpisodeStats
 from cleanrl_style.flat_params import FlatParameters
 from cleanrl_style.layers import SimbaBlock, SimbaEncoder, layer_init, mlp
@@ -28,5 +28,4 @@ __all__ = [
     "load_checkpoint",
     "mlp",
     "save_checkpoint",
-    "snapshot",
 ]

@@ -8,41 +8,18 @@ cannot compile warns once, with the reason, and goes on eagerly instead of dying
 
 from __future__ import annotations
 
-import copy
 import warnings
 from collections.abc import Callable
 
 import torch
 
 
-def snapshot(*objects) -> Callable[[], None]:
-    """Copy the state of ``objects`` (modules, optimizers, anything with ``state_dict``/``load_state_dict``)
-    and torch's CPU RNG; return a function that puts it all back."""
-    saved = [copy.deepcopy(obj.state_dict()) for obj in objects]
-    rng = torch.get_rng_state()
-
-    def restore() -> None:
-        for obj, state in zip(objects, saved):
-            obj.load_state_dict(state)
-        torch.set_rng_state(rng)
-
-    return restore
-
-
-def compile_or_eager(
-    fn: Callable,
-    enabled: bool,
-    off_flag: str = "--compile off",
-    state: Callable[[], Callable[[], None]] | None = None,
-) -> Callable:
+def compile_or_eager(fn: Callable, enabled: bool, off_flag: str = "--compile off") -> Callable:
     """``fn`` compiled with ``torch.compile`` if ``enabled``, falling back to ``fn`` if the first call fails.
 
     The fallback reruns the same call eagerly, so an error of ``fn`` itself (a shape mismatch, say)
-    still raises, from the eager run. A compiled call can fail after part of it ran (a graph break
-    splits it into pieces, each compiled when reached), so a function with side effects, an update
-    step say, passes ``state``: called before the first attempt, it saves what ``fn`` changes and
-    returns the function that restores it (see :func:`snapshot`); the fallback restores before it
-    reruns. Without ``state``, ``fn`` must be free of side effects.
+    still raises, from the eager run. ``fn`` must be free of side effects for that rerun to be safe:
+    the agents compile their loss functions (forward and backward), not their optimizer steps.
     """
     if not enabled:
         return fn
@@ -51,7 +28,6 @@ def compile_or_eager(
     def call(*args, **kwargs):
         if chosen:
             return chosen[0](*args, **kwargs)
-        restore = state() if state is not None else None
         try:
             compiled = torch.compile(fn, dynamic=False)  # may itself refuse (an unsupported Python, say)
             out = compiled(*args, **kwargs)
@@ -64,8 +40,6 @@ def compile_or_eager(
                 stacklevel=2,
             )
             chosen.append(fn)
-            if restore is not None:
-                restore()
             return fn(*args, **kwargs)
         chosen.append(compiled)
         return out

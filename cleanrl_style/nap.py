@@ -92,12 +92,6 @@ class NormProjector:
             self.groups.append(_ProjectedGroup(name, params, init_norm))
         self._params = None
 
-    def prepare(self) -> None:
-        """Precompute what :meth:`project` touches (done lazily otherwise): call it before compiling a
-        function that projects, so the compiled code finds plain tensors rather than building them."""
-        if self.groups:
-            self._flatten()
-
     def _flatten(self) -> None:
         """Precompute what :meth:`project` touches, so projection is a few fused ops."""
         self._params = [p for group in self.groups for p in group.params]
@@ -121,9 +115,7 @@ class NormProjector:
         if self._spans is not None:
             scale = self._init_norms / torch.stack(torch._foreach_norm(self._spans)).float().clamp_min(1e-12)
             # On the CPU a list of Python floats is the cheapest form; elsewhere avoid the host sync.
-            # Not inside torch.compile, where Python floats would be baked into the graph as constants.
-            eager_cpu = scale.device.type == "cpu" and not torch.compiler.is_compiling()
-            factors = scale.tolist() if eager_cpu else list(scale.unbind())
+            factors = scale.tolist() if scale.device.type == "cpu" else list(scale.unbind())
             torch._foreach_mul_(self._spans, factors)
             return
         param_norms = torch.stack(torch._foreach_norm(self._params)).float()

@@ -18,6 +18,7 @@ import dataclasses
 import json
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -126,6 +127,13 @@ class Run:
         if args.torch_threads > 0:
             torch.set_num_threads(args.torch_threads)
         seed_everything(args.seed)
+        if args.precision == "bf16" and self.device.type == "cpu" and not provenance.cpu_has_native_bf16():
+            warnings.warn(
+                "--precision bf16 on a CPU without AVX-512 BF16 or AMX: torch emulates bf16 matrix products, "
+                "much slower than fp32 here. Use --precision fp32 on this machine.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         self.start_step = 0
         elapsed = 0.0
         if self.checkpoint is not None:

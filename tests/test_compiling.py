@@ -51,33 +51,3 @@ def test_a_compile_refused_up_front_also_falls_back(monkeypatch):
     loss = compile_or_eager(_loss, enabled=True)  # nothing is compiled before the first call
     with pytest.warns(RuntimeWarning, match="not supported on this Python"):
         assert loss(torch.tensor([3.0])).item() == 9.0
-
-
-def test_a_side_effect_of_the_failed_attempt_is_undone_before_the_eager_rerun(monkeypatch):
-    """A compiled update that fails halfway (after a graph break) must not leave its first half applied."""
-    model = torch.nn.Linear(2, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-
-    def step(x):
-        optimizer.zero_grad()
-        model(x).sum().backward()
-        optimizer.step()
-        return model.weight.detach().clone()
-
-    def half_then_fail(fn, **kwargs):
-        def compiled(*args):
-            fn(*args)  # the first piece ran and changed the weights ...
-            raise RuntimeError("codegen failed in the second piece")  # ... then the next piece failed
-
-        return compiled
-
-    reference = torch.nn.Linear(2, 1)
-    reference.load_state_dict(model.state_dict())
-    torch.optim.SGD(reference.parameters(), lr=0.1)
-    x = torch.ones(3, 2)
-    expected = reference.weight.detach() - 0.1 * 3.0  # one SGD step: d(sum)/dW = 3 per weight
-    monkeypatch.setattr(compiling.torch, "compile", half_then_fail)
-    update = compile_or_eager(step, enabled=True, state=lambda: compiling.snapshot(model, optimizer))
-    with pytest.warns(RuntimeWarning, match="second piece"):
-        weight = update(x)
-    assert torch.allclose(weight, expected)  # exactly one step, not two
