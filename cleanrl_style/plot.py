@@ -752,7 +752,10 @@ def plot_improvement(rows: list[dict], out: Path, ci: float = 0.95) -> Path | No
 
 
 def plot_nap(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 1000, seed: int = 0) -> list[Path]:
-    """Per env: per-layer weight norm (top) and effective learning rate (bottom), one line per label."""
+    """Per env: each layer's weight norm and, below it, its effective learning rate, one line per label.
+
+    Layers fill up to four columns, each taking two rows (norm, effective lr).
+    """
     plt = _pyplot()
     paths = []
     nap_runs = [r for r in runs if any(m.startswith("nap/norm/") for m in r.series)]
@@ -760,23 +763,30 @@ def plot_nap(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
         here = [r for r in nap_runs if r.env == env]
         layers = sorted({m.split("/", 2)[2] for r in here for m in r.series if m.startswith("nap/norm/")})
         colors = _colors(sorted({r.label for r in here}))
+        ncols = min(len(layers), 4)
+        nrows = 2 * math.ceil(len(layers) / ncols)
         fig, axes = plt.subplots(
-            2, len(layers), figsize=(3.2 * len(layers), 5.6), squeeze=False, sharex=True, layout="constrained"
+            nrows, ncols, figsize=(3.4 * ncols, 2.5 * nrows), squeeze=False, sharex=True, layout="constrained"
         )
-        for col, layer in enumerate(layers):
+        for ax in axes.flat:
+            ax.set_visible(False)
+        for i, layer in enumerate(layers):
             for row, (prefix, name) in enumerate((("nap/norm/", "weight norm"), ("nap/eff_lr/", "effective lr"))):
-                ax = axes[row, col]
+                ax = axes[2 * (i // ncols) + row, i % ncols]
+                ax.set_visible(True)
                 for (label, _), group in by_label_and_env(here).items():
                     _draw_band(ax, group, prefix + layer, "step", colors[label], "mean", ci, n_boot, seed, 1, label=label)
                 if row == 1:
                     ax.set_yscale("log")
-                    ax.set_xlabel("environment steps")
-                steps_axis(ax)
                 ax.set_title(f"{layer}: {name}", fontsize=9)
                 ax.grid(alpha=0.3)
+                ax.tick_params(labelbottom=True)
+                steps_axis(ax)
                 plain_axis(ax)
+        for ax in axes[-1]:
+            ax.set_xlabel("environment steps")
         _figure_legend(fig, _legend_handles(axes.flat), len(layers) * 2)
-        fig.suptitle(f"NaP on {env}: per-layer ||W|| and lr/||W|| (mean over seeds)")
+        fig.suptitle(f"NaP on {env}: per-layer ||W|| and lr/||W|| (mean over seeds, {ci:.0%} bootstrap CI)")
         path = out / f"nap_{env.replace('/', '_')}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
