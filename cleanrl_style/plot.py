@@ -734,15 +734,16 @@ def plot_improvement(rows: list[dict], out: Path, ci: float = 0.95) -> Path | No
     if not rows:
         return None
     plt = _pyplot()
-    width = 0.075 * max(len(r["x"]) + len(r["y"]) for r in rows) + 5.0
-    fig, ax = plt.subplots(figsize=(width, 0.45 * len(rows) + 1.5), layout="constrained")
+    width = 0.075 * max(max(len(r["x"]), len(r["y"]) + 2) for r in rows) + 5.5
+    fig, ax = plt.subplots(figsize=(width, 0.7 * len(rows) + 1.5), layout="constrained")
     for i, r in enumerate(reversed(rows)):
-        ax.barh(i, r["high"] - r["low"], left=r["low"], height=0.6, color="tab:blue", alpha=0.5)
-        ax.plot([r["probability"]] * 2, [i - 0.3, i + 0.3], color="black", lw=1.5)
-    ax.set_yticks(range(len(rows)), [f"P({r['x']} > {r['y']}), {r['envs']} envs" for r in reversed(rows)])
+        ax.barh(i, r["high"] - r["low"], left=r["low"], height=0.5, color="tab:blue", alpha=0.5)
+        ax.plot([r["probability"]] * 2, [i - 0.25, i + 0.25], color="black", lw=1.5)
+    ax.set_yticks(range(len(rows)), [f"{r['x']}\n> {r['y']} ({r['envs']} envs)" for r in reversed(rows)], fontsize=9)
+    ax.set_ylim(-0.6, len(rows) - 0.4)
     ax.axvline(0.5, color="gray", ls="--", lw=1)
     ax.set_xlim(0, 1)
-    ax.set_xlabel("probability of improvement")
+    ax.set_xlabel("P(X > Y); 0.5: no difference")
     ax.grid(axis="x", alpha=0.3)
     fig.suptitle(f"Probability of improvement ({ci:.0%} stratified bootstrap CI, rliable)", fontsize=11)
     path = out / "probability_of_improvement.png"
