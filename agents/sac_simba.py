@@ -311,6 +311,7 @@ if __name__ == "__main__":
     update = compile_or_eager(learner.update, use_compile, state=lambda: snapshot(agent, learner))
     print(f"gamma {args.gamma:.4g}, {'two critics, clipped double-Q' if agent.clipped_double_q else 'one critic'}")
 
+    run.watch(agent, vec_env)  # --capture-video films this policy
     global_step = run.start_step
     obs, _ = vec_env.reset()
     agent.obs_norm.update(obs)

@@ -403,6 +403,7 @@ if __name__ == "__main__":
     use_compile = args.compile == "on" or (args.compile == "auto" and args.total_timesteps >= COMPILE_FROM_STEPS)
     update = compile_or_eager(learner.update, use_compile, state=lambda: snapshot(agent, learner))
 
+    run.watch(agent, vec_env)  # --capture-video films this policy
     global_step = run.start_step
     obs, _ = vec_env.reset()
     episodes = EpisodeStats()
