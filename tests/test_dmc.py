@@ -89,7 +89,7 @@ def test_the_env_checker_passes_a_dmc_task():
 
 def test_sac_simba_runs_on_a_dmc_task(tmp_path):
     run_dir = tmp_path / "run"
-    run_agent(
+    proc = run_agent(
         "sac_simba",
         run_dir,
         "--env",
@@ -119,6 +119,8 @@ def test_sac_simba_runs_on_a_dmc_task(tmp_path):
     assert 0 <= progress["eval/return_mean"][-1][2] <= 1000
     checkpoint = load_checkpoint(run_dir)
     assert checkpoint["global_step"] == 2000
-    assert checkpoint["agent"]["clipped_double_q"].item() == 0  # no termination in the warm-up: mean of critics
+    # SimBa's settings for DeepMind Control: one critic (no clipped double-Q), and the discount from the
+    # 1,000-step episodes, (200 - 1) / 200 with a horizon of L / 5.
+    assert "gamma 0.995, one critic" in proc.stdout and checkpoint["args"]["gamma"] == 0.995
     returns = evaluate_run(str(run_dir), episodes=2)
     assert returns.shape == (2,) and np.all((returns >= 0) & (returns <= 1000))
