@@ -241,8 +241,12 @@ class Run:
         """Deterministic evaluation at the end of training (``--eval-episodes``), logged as ``eval/*``.
 
         ``policy.act(obs)`` gives actions for raw observations; ``policy.eval()`` freezes its
-        normalizer statistics. A resumed run that had already evaluated does not log it twice.
+        normalizer statistics. A resumed run that had already evaluated does not log it twice. With
+        --capture-video the final policy is filmed first (also with --eval-episodes 0).
         """
+        if self.video is not None:
+            policy.eval()
+            self._film(policy, global_step)
         episodes = self.args.eval_episodes
         if episodes <= 0:
             return
@@ -256,8 +260,6 @@ class Run:
         returns = evaluate_policy(policy.act, self.args.env, episodes, seed=self.args.seed + 10_000, device=self.device)
         self.log(global_step, {"eval/return_mean": returns.mean(), "eval/return_std": returns.std()})
         print(f"evaluation over {episodes} episodes: {returns.mean():.1f} +- {returns.std():.1f}")
-        if self.video is not None:
-            self._film(policy, global_step)
 
     def close(self) -> None:
         self._progress.close()

@@ -162,3 +162,12 @@ def test_a_missing_gl_library_fails_at_start_naming_it(tmp_path):
     assert "MuJoCo cannot render off-screen with MUJOCO_GL=osmesa" in proc.stderr
     assert "apt-get install libosmesa6" in proc.stderr
     assert "charts/SPS" not in (tmp_path / "run" / "progress.csv").read_text()  # nothing trained
+
+
+def test_the_final_policy_is_filmed_without_an_evaluation(tmp_path):
+    flags = list(FLAGS)
+    flags[flags.index("--eval-episodes") + 1] = "0"
+    flags[flags.index("--video-every") + 1] = "1000000"  # no periodic video: the start and the end only
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    subprocess.run(agent_command("ppo_nap", tmp_path / "run", *flags), cwd=REPO, env=env, check=True, capture_output=True)
+    assert sorted(p.name for p in (tmp_path / "run" / "videos").iterdir()) == ["step_000000000.mp4", "step_000001024.mp4"]
