@@ -11,7 +11,7 @@ through the OpenGL platform in ``MUJOCO_GL``: ``egl`` unless set otherwise, whic
 headless Linux machine with Mesa's EGL (on the CPU, no GPU needed) or an NVIDIA driver. When the
 platform cannot be opened the recorder fails at construction, before any training, naming what is
 missing. On a software renderer (Mesa's llvmpipe) shadows and reflections are turned off in the
-rendering environment's copy of the model: they cost about 5x per frame there (0.20 s against 0.04 s
+rendering environment's copy of the model: they cost about 5x per frame there (0.24 s against 0.04 s
 for a 256x256 Hopper frame on a loaded 2-core CPU) and change nothing the video is for.
 
 Encoding: H.264 MP4 with the ffmpeg binary that the ``imageio-ffmpeg`` package ships, at the env's
