@@ -231,6 +231,7 @@ if __name__ == "__main__":
     dones = torch.zeros((args.num_steps, args.num_envs), device=device)
     values = torch.zeros((args.num_steps, args.num_envs), device=device)
 
+    run.watch(agent, vec_env)  # --capture-video films this policy
     global_step = run.start_step
     raw_obs, _ = vec_env.reset()
     agent.obs_norm.update(raw_obs)

@@ -325,6 +325,7 @@ if __name__ == "__main__":
     updates_per_vector_step = max(1, round(args.updates_per_step * args.num_envs))
     print(f"gamma {args.gamma:.4g}, {'two critics, clipped double-Q' if agent.clipped_double_q else 'one critic'}")
 
+    run.watch(agent, vec_env)  # --capture-video films this policy
     global_step = run.start_step
     obs, _ = vec_env.reset()
     agent.obs_norm.update(obs)

@@ -406,6 +406,7 @@ if __name__ == "__main__":
             replicate_at = None
     updates_per_vector_step = max(1, round(args.updates_per_step * args.num_envs))
 
+    run.watch(agent, vec_env)  # --capture-video films this policy
     global_step = run.start_step
     obs, _ = vec_env.reset()
     episodes = EpisodeStats()

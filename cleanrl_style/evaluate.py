@@ -1,12 +1,15 @@
 """Deterministic evaluation of a trained run, with the normalizer statistics it was trained with.
 
-    python -m cleanrl_style.evaluate runs/<run> [--episodes 10] [--seed 12345]
+    python -m cleanrl_style.evaluate runs/<run> [--episodes 10] [--seed 12345] [--capture-video]
 
 Every continuous-control agent file defines ``Args`` and ``make_agent(args, vec_env)``, which builds
 its model for an env; the model's ``act(obs)`` gives the deterministic action (observation
 normalization included, frozen in ``eval()`` mode). The checkpoint records which agent file wrote
 it, its arguments and the model's state (``checkpoint["agent"]``), so :func:`load_policy` rebuilds
 any agent's policy the same way.
+
+``--capture-video`` also films the first ``--video-episodes`` evaluation episodes into
+``runs/<run>/videos/`` (see :mod:`cleanrl_style.video`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -24,6 +28,9 @@ import tyro
 import envs
 from cleanrl_style.checkpoint import load_checkpoint
 from cleanrl_style.run import args_from_dict
+
+if TYPE_CHECKING:
+    from cleanrl_style.video import Episode
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,7 +85,8 @@ def load_policy(agent_module, checkpoint: dict, vec_env: envs.TorchVectorEnv) ->
     return policy
 
 
-def evaluate_run(run_dir: str, episodes: int = 10, seed: int = 12345, device: str = "cpu") -> np.ndarray:
+def load_run_policy(run_dir: str, device: str = "cpu"):
+    """The run's saved policy (normalizer statistics frozen), its checkpoint, and its env id."""
     checkpoint = load_checkpoint(run_dir, map_location=device)
     agent = import_agent(checkpoint["agent_file"])
     env_id = checkpoint["args"]["env"]
@@ -86,7 +94,41 @@ def evaluate_run(run_dir: str, episodes: int = 10, seed: int = 12345, device: st
     policy = load_policy(agent, checkpoint, probe)
     probe.close()
     policy.eval()  # freezes the running statistics
+    return policy, checkpoint, env_id
+
+
+def evaluate_run(run_dir: str, episodes: int = 10, seed: int = 12345, device: str = "cpu") -> np.ndarray:
+    policy, _, env_id = load_run_policy(run_dir, device)
     return evaluate_policy(policy.act, env_id, episodes=episodes, seed=seed, device=device)
+
+
+def film_run(
+    run_dir: str, episodes: int = 1, seed: int = 12345, device: str = "cpu", size: tuple[int, int] = (256, 256)
+) -> list[Episode]:
+    """MP4s of the first ``episodes`` evaluation episodes under ``<run>/videos/``, also in the run's TensorBoard.
+
+    Episode ``i`` starts from ``seed + i``, the seed of the evaluation's sub-environment ``i``, so it
+    is the episode the evaluation scores.
+    """
+    from torch.utils.tensorboard import SummaryWriter
+
+    from cleanrl_style.video import VideoRecorder, add_to_tensorboard
+
+    policy, checkpoint, env_id = load_run_policy(run_dir, device)
+    step = int(checkpoint["global_step"])
+    recorder = VideoRecorder(env_id, Path(run_dir) / "videos", *size)
+    filmed = []
+    writer = SummaryWriter(run_dir)
+    try:
+        for i in range(episodes):
+            path = Path(run_dir) / "videos" / f"eval_step_{step:09d}_seed_{seed + i}.mp4"
+            episode = recorder.record(policy.act, path, seed=seed + i, device=device)
+            add_to_tensorboard(writer, f"videos/evaluation_seed_{seed + i}", episode.frames, episode.fps, step)
+            filmed.append(episode)
+    finally:
+        writer.close()
+        recorder.close()
+    return filmed
 
 
 @dataclass
@@ -99,12 +141,26 @@ class EvaluateArgs:
     """seed of the evaluation environments (differs from training seeds by default)"""
     device: str = "cpu"
     """torch device"""
+    capture_video: bool = False
+    """also film evaluation episodes into runs/<run>/videos/ (and the run's TensorBoard)"""
+    video_episodes: int = 1
+    """with --capture-video: how many of the evaluation episodes to film (the first ones)"""
+    video_size: tuple[int, int] = (256, 256)
+    """with --capture-video: width and height in pixels (even numbers)"""
 
 
 def main(argv: list[str] | None = None) -> None:
     args = tyro.cli(EvaluateArgs, args=argv)
+    if args.capture_video:
+        from cleanrl_style.video import check_rendering
+
+        check_rendering()  # a machine that cannot render fails before the evaluation, not after
     returns = evaluate_run(args.run, args.episodes, args.seed, args.device)
     print(f"{args.run}: return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} episodes")
+    if args.capture_video:
+        for i, episode in enumerate(film_run(args.run, args.video_episodes, args.seed, args.device, args.video_size)):
+            summary = f"{episode.length} steps, return {episode.episode_return:.1f}; evaluation episode {i}"
+            print(f"video: {episode.path} ({summary})")
 
 
 if __name__ == "__main__":

@@ -110,6 +110,16 @@ class RunLogger:
         if self.wandb is not None:
             self.wandb.log(dict(metrics), step=step)
 
+    def log_video(self, tag: str, frames: list, fps: float, step: int, mp4_path: str | os.PathLike | None = None) -> None:
+        """A clip (frames ``(height, width, 3)`` uint8) in TensorBoard, and with ``track`` its MP4 in W&B."""
+        from cleanrl_style.video import add_to_tensorboard
+
+        add_to_tensorboard(self.writer, tag, frames, fps, step)
+        if self.wandb is not None and mp4_path is not None:
+            import wandb
+
+            self.wandb.log({tag: wandb.Video(str(mp4_path), format="mp4")}, step=step)
+
     def close(self) -> None:
         self._csv_file.close()
         self.writer.close()

@@ -13,8 +13,14 @@ Reads every run under the given folders (a folder with ``progress.csv`` and ``ar
     steps), mean, bootstrap CI and IQM over seeds; ``eval/return_mean`` too where runs logged it.
 ``aggregate.png`` / ``aggregate.csv``
     across envs: each run's final return is min-max normalized per env (over every run plotted),
-    then the IQM and the mean of all runs of a line, with stratified bootstrap CIs (seeds resampled
-    within each env).
+    then the IQM, median and mean of a line, with stratified bootstrap CIs (seeds resampled within
+    each env).
+``performance_profile.png`` / ``.csv`` (runs on two envs or more)
+    the score distribution of each line: the fraction of its runs whose normalized final return
+    exceeds each threshold, with CI bands.
+``probability_of_improvement.png`` / ``.csv`` (two lines or more, on two envs or more)
+    for each pair of lines X, Y: the probability that a run of X beats a run of Y on an env picked
+    at random (over the envs both ran), with its CI.
 ``nap_<env>.png``
     the NaP figure: per-layer weight norm and effective learning rate (``nap/norm/*``,
     ``nap/eff_lr/*``) over training, one line per agent or flag value (with and without projection).
@@ -27,24 +33,26 @@ arguments that differ between its runs; ``--group-by nap learning_rate`` names t
 arguments instead. ``--reference`` overlays the published Gymnasium-MuJoCo curves shipped in
 ``cleanrl_style/reference_curves/`` (evaluation returns on the v4 tasks; Apache-2.0, see its README)
 on the matching envs, cut at the runs' budget (alone: at the budget all published algorithms
-reached), and adds them to the summary and the aggregate.
+reached), and adds them to the summary and the aggregates.
 
-IQM: the mean of the values left after dropping the lowest and the highest ``floor(n / 4)``.
-Bootstrap CI: the ``(1 - ci) / 2`` and ``(1 + ci) / 2`` percentiles of the estimate over
-``--n-boot`` resamples of the seeds, with replacement.
+Statistics come from rliable (Agarwal et al., 2021, arXiv:2108.13264): the IQM drops the lowest and
+the highest quarter of the values (``floor(n / 4)`` each) and averages the rest; a CI is the
+``(1 - ci) / 2`` and ``(1 + ci) / 2`` percentiles of the estimate over ``--n-boot`` resamples of the
+seeds, with replacement, within each env.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Literal
 
 import numpy as np
+import tyro
 
 from cleanrl_style.logger import CSV_NAME, read_progress
 
@@ -59,6 +67,10 @@ NOT_HYPERPARAMETERS = {
     "run_dir",
     "resume",
     "progress_bar",
+    "progress_every",
+    "capture_video",
+    "video_every",
+    "video_size",
     "track",
     "wandb_project",
     "torch_threads",
@@ -90,56 +102,114 @@ class RunData:
         return self.env.split(":")[-1].split("-v")[0]
 
 
-# ----- statistics --------------------------------------------------------------------------------
+# ----- statistics (rliable) -----------------------------------------------------------------------
+# Every aggregate and interval comes from rliable (Agarwal et al., 2021, "Deep Reinforcement Learning
+# at the Edge of the Statistical Precipice", arXiv:2108.13264): its metrics and its stratified
+# bootstrap (percentile intervals; seeds resampled within each env, never across envs).
 
 
-def iqm(values: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Interquartile mean along ``axis``: drop the ``floor(n/4)`` lowest and highest, average the rest."""
-    values = np.sort(np.asarray(values, dtype=float), axis=axis)
-    n = values.shape[axis]
-    cut = n // 4
-    return np.take(values, np.arange(cut, n - cut), axis=axis).mean(axis=axis)
+def _rliable():
+    from rliable import library, metrics
+
+    return library, metrics
 
 
-def mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.asarray(values, dtype=float).mean(axis=axis)
+def iqm(values: np.ndarray) -> float:
+    """Interquartile mean (rliable's ``aggregate_iqm``): drop the ``floor(n/4)`` lowest and highest, average the rest."""
+    return float(_rliable()[1].aggregate_iqm(np.asarray(values, dtype=float)))
 
 
-ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {"mean": mean, "iqm": iqm}
+def iqm_per_point(scores: np.ndarray) -> np.ndarray:
+    """rliable's ``aggregate_iqm`` at each point of the last axis of ``scores`` ``(runs, envs, points)``."""
+    from scipy.stats import trim_mean  # what aggregate_iqm computes, here for every point at once
+
+    return trim_mean(scores.reshape(-1, scores.shape[-1]), proportiontocut=0.25, axis=0)
+
+
+def mean_per_point(scores: np.ndarray) -> np.ndarray:
+    """rliable's ``aggregate_mean`` (mean over envs of the mean over runs) at each point of the last axis."""
+    return _rliable()[1].aggregate_mean(scores)
+
+
+ESTIMATORS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"mean": mean_per_point, "iqm": iqm_per_point}
+
+
+def interval_estimate(
+    scores: np.ndarray | list[np.ndarray],
+    func: Callable[..., np.ndarray],
+    ci: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """rliable's stratified-bootstrap interval of ``func``; returns (point estimate, low, high).
+
+    ``scores``: an array ``(runs, envs, ...)`` (runs resampled within each env), or a list of such
+    arrays resampled independently (envs or algorithms with different numbers of runs), in which
+    case ``func`` takes them as separate arguments.
+    """
+    library, _ = _rliable()
+    # rliable draws its resampling indices from NumPy's global generator: seed it, then restore it.
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        points, intervals = library.get_interval_estimates(
+            {"x": scores}, func, reps=n_boot, confidence_interval_size=ci, method="percentile"
+        )
+    finally:
+        np.random.set_state(state)
+    return np.asarray(points["x"]), np.asarray(intervals["x"][0]), np.asarray(intervals["x"][1])
 
 
 def bootstrap_ci(
-    values: np.ndarray,
-    estimator: Callable = mean,
-    ci: float = 0.95,
-    n_boot: int = 2000,
-    rng: np.random.Generator | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile bootstrap over the first axis (the seeds) of ``values`` ``(n_seeds, ...)``; returns (low, high)."""
-    rng = rng if rng is not None else np.random.default_rng(0)
-    values = np.asarray(values, dtype=float)
-    idx = rng.integers(0, len(values), size=(n_boot, len(values)))
-    estimates = estimator(values[idx], axis=1)  # (n_boot, ...)
-    return np.percentile(estimates, 100 * (1 - ci) / 2, axis=0), np.percentile(estimates, 100 * (1 + ci) / 2, axis=0)
+    values: np.ndarray, estimator: str = "mean", ci: float = 0.95, n_boot: int = 2000, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile bootstrap CI of ``estimator`` over seeds ``values`` ``(n_seeds,)`` (one env); returns (low, high)."""
+    scores = np.asarray(values, dtype=float).reshape(-1, 1, 1)
+    _, low, high = interval_estimate(scores, ESTIMATORS[estimator], ci, n_boot, seed)
+    return float(low[0]), float(high[0])
 
 
-def stratified_bootstrap_ci(
-    groups: list[np.ndarray],
-    estimator: Callable = iqm,
-    ci: float = 0.95,
-    n_boot: int = 2000,
-    rng: np.random.Generator | None = None,
-) -> tuple[float, float, float]:
-    """Estimate over the pooled ``groups`` (one array of scores per env) and its CI, resampling within each group."""
-    rng = rng if rng is not None else np.random.default_rng(0)
-    pooled = np.concatenate(groups)
-    samples = np.concatenate([g[rng.integers(0, len(g), size=(n_boot, len(g)))] for g in groups], axis=1)
-    estimates = estimator(samples, axis=1)
-    return (
-        float(estimator(pooled)),
-        float(np.percentile(estimates, 100 * (1 - ci) / 2)),
-        float(np.percentile(estimates, 100 * (1 + ci) / 2)),
+def aggregate_metrics(*per_env: np.ndarray) -> np.ndarray:
+    """IQM, median and mean across envs of normalized scores, one array ``(runs, 1)`` per env.
+
+    rliable's definitions: the IQM pools every run of every env (``aggregate_iqm``); the median and
+    the mean are taken over the envs' mean scores (``aggregate_median``, ``aggregate_mean``). With
+    the same number of runs on every env this is rliable's functions on the ``(runs, envs)`` matrix.
+    """
+    _, metrics = _rliable()
+    env_means = np.array([metrics.aggregate_mean(scores) for scores in per_env]).reshape(1, -1)
+    return np.array(
+        [
+            metrics.aggregate_iqm(np.concatenate(per_env)),
+            metrics.aggregate_median(env_means),
+            metrics.aggregate_mean(env_means),
+        ]
     )
+
+
+AGGREGATES = ("iqm", "median", "mean")
+
+
+def score_distribution(taus: np.ndarray) -> Callable[..., np.ndarray]:
+    """The performance profile at ``taus``: the fraction of all runs (every env) scoring above each tau.
+
+    rliable's ``score_distributions`` on the pooled runs (its ``create_performance_profile`` with
+    ``use_score_distribution=True``), taking one array ``(runs, 1)`` per env.
+    """
+    library, _ = _rliable()
+    return lambda *per_env: library.score_distributions(np.concatenate(per_env), taus)
+
+
+def probability_of_improvement(n_envs: int) -> Callable[..., float]:
+    """P(X > Y) averaged over envs (rliable's ``probability_of_improvement``), from the arguments
+    ``x_env1, ..., x_envN, y_env1, ..., y_envN``, each an array ``(runs, 1)``."""
+    _, metrics = _rliable()
+
+    def poi(*scores: np.ndarray) -> np.ndarray:
+        xs, ys = scores[:n_envs], scores[n_envs:]
+        return np.array([np.mean([metrics.probability_of_improvement(x, y) for x, y in zip(xs, ys)])])
+
+    return poi
 
 
 def final_value(series: np.ndarray, fraction: float = 0.1) -> float:
@@ -275,14 +345,13 @@ def by_label_and_env(runs: list[RunData]) -> dict[tuple[str, str], list[RunData]
 def summary_rows(
     runs: list[RunData], metric: str = RETURN, final_fraction: float = 0.1, ci: float = 0.95, n_boot: int = 2000, seed: int = 0
 ) -> list[dict]:
-    """One row per (line, env): final ``metric`` mean, bootstrap CI and IQM over seeds."""
-    rng = np.random.default_rng(seed)
+    """One row per (line, env): final ``metric`` mean with its bootstrap CI, and IQM, over seeds."""
     rows = []
     for (label, env), group in by_label_and_env(runs).items():
         finals = np.array([final_value(r.series[metric], final_fraction) for r in group if metric in r.series])
         if not len(finals):
             continue
-        lo, hi = bootstrap_ci(finals, mean, ci, n_boot, rng)
+        lo, hi = bootstrap_ci(finals, "mean", ci, n_boot, seed)
         steps = max(r.series[metric][:, 0].max() for r in group if metric in r.series)
         row = {
             "agent": label,
@@ -290,9 +359,9 @@ def summary_rows(
             "seeds": len(finals),
             "steps": int(steps),
             "final_mean": float(finals.mean()),
-            "ci_low": float(lo),
-            "ci_high": float(hi),
-            "final_iqm": float(iqm(finals)),
+            "ci_low": lo,
+            "ci_high": hi,
+            "final_iqm": iqm(finals),
         }
         evals = [r.series["eval/return_mean"][-1, 2] for r in group if "eval/return_mean" in r.series]
         row["eval_mean"] = float(np.mean(evals)) if evals else float("nan")
@@ -300,10 +369,10 @@ def summary_rows(
     return rows
 
 
-def aggregate_rows(
-    runs: list[RunData], metric: str = RETURN, final_fraction: float = 0.1, ci: float = 0.95, n_boot: int = 2000, seed: int = 0
-) -> list[dict]:
-    """Per line, across envs: IQM and mean of min-max normalized final scores with stratified bootstrap CIs.
+def normalized_scores(
+    runs: list[RunData], metric: str = RETURN, final_fraction: float = 0.1
+) -> dict[str, dict[str, np.ndarray]]:
+    """Final scores min-max normalized per env: ``{label: {env: scores (runs, 1)}}``.
 
     An env's normalization spans the final scores of every run on it (all lines), so 0 is the worst
     run and 1 the best; published curves, when given, take part like any other line. An env on which
@@ -315,32 +384,81 @@ def aggregate_rows(
         if id(r) in finals:
             lo, hi = bounds.get(r.env_key, (math.inf, -math.inf))
             bounds[r.env_key] = (min(lo, finals[id(r)]), max(hi, finals[id(r)]))
-    rng = np.random.default_rng(seed)
     per_label: dict[str, dict[str, list[float]]] = {}
-    for r in runs:
+    for r in sorted(runs, key=lambda r: (r.label, r.env_key, r.seed)):
         if id(r) in finals and bounds[r.env_key][1] > bounds[r.env_key][0]:
             lo, hi = bounds[r.env_key]
-            score = (finals[id(r)] - lo) / (hi - lo)
-            per_label.setdefault(r.label, {}).setdefault(r.env_key, []).append(score)
+            per_label.setdefault(r.label, {}).setdefault(r.env_key, []).append((finals[id(r)] - lo) / (hi - lo))
+    return {
+        label: {env: np.array(v).reshape(-1, 1) for env, v in sorted(per_env.items())} for label, per_env in per_label.items()
+    }
+
+
+def aggregate_rows(
+    runs: list[RunData], metric: str = RETURN, final_fraction: float = 0.1, ci: float = 0.95, n_boot: int = 2000, seed: int = 0
+) -> list[dict]:
+    """Per line, across envs: IQM, median and mean of the normalized final scores, stratified bootstrap CIs."""
     rows = []
-    for label, per_env in per_label.items():
-        groups = [np.array(v) for _, v in sorted(per_env.items())]
-        iqm_point, iqm_lo, iqm_hi = stratified_bootstrap_ci(groups, iqm, ci, n_boot, rng)
-        mean_point, mean_lo, mean_hi = stratified_bootstrap_ci(groups, mean, ci, n_boot, rng)
-        rows.append(
-            {
-                "agent": label,
-                "envs": len(groups),
-                "env_names": " ".join(sorted(per_env)),
-                "runs": sum(len(g) for g in groups),
-                "iqm": iqm_point,
-                "iqm_low": iqm_lo,
-                "iqm_high": iqm_hi,
-                "mean": mean_point,
-                "mean_low": mean_lo,
-                "mean_high": mean_hi,
-            }
-        )
+    for label, per_env in normalized_scores(runs, metric, final_fraction).items():
+        groups = list(per_env.values())
+        point, low, high = interval_estimate(groups, aggregate_metrics, ci, n_boot, seed)
+        row = {"agent": label, "envs": len(groups), "env_names": " ".join(per_env), "runs": sum(len(g) for g in groups)}
+        for i, name in enumerate(AGGREGATES):
+            row.update({name: float(point[i]), f"{name}_low": float(low[i]), f"{name}_high": float(high[i])})
+        rows.append(row)
+    return rows
+
+
+def performance_profiles(
+    runs: list[RunData],
+    metric: str = RETURN,
+    final_fraction: float = 0.1,
+    ci: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+    taus: np.ndarray | None = None,
+) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """Per line: the fraction of its runs (all envs) whose normalized final score exceeds each tau, with CIs.
+
+    Returns ``(taus, {label: (profile, low, high)})``.
+    """
+    taus = np.linspace(0.0, 1.0, 101) if taus is None else np.asarray(taus, dtype=float)
+    profiles = {}
+    for label, per_env in normalized_scores(runs, metric, final_fraction).items():
+        profiles[label] = interval_estimate(list(per_env.values()), score_distribution(taus), ci, n_boot, seed)
+    return taus, profiles
+
+
+def improvement_rows(
+    runs: list[RunData], metric: str = RETURN, final_fraction: float = 0.1, ci: float = 0.95, n_boot: int = 2000, seed: int = 0
+) -> list[dict]:
+    """P(X > Y) for every pair of lines, over the envs both ran: the probability that a run of X
+    scores above a run of Y on an env picked at random, with a stratified bootstrap CI.
+
+    Each pair appears once, X being the line with the higher aggregate IQM (so P is mostly >= 0.5).
+    """
+    scores = normalized_scores(runs, metric, final_fraction)
+    order = {label: aggregate_metrics(*per_env.values())[0] for label, per_env in scores.items()}
+    labels = sorted(scores, key=lambda lab: (-order[lab], lab))
+    rows = []
+    for i, x in enumerate(labels):
+        for y in labels[i + 1 :]:
+            shared = sorted(set(scores[x]) & set(scores[y]))
+            if not shared:
+                continue
+            arrays = [scores[x][e] for e in shared] + [scores[y][e] for e in shared]
+            point, low, high = interval_estimate(arrays, probability_of_improvement(len(shared)), ci, n_boot, seed)
+            rows.append(
+                {
+                    "x": x,
+                    "y": y,
+                    "envs": len(shared),
+                    "env_names": " ".join(shared),
+                    "probability": float(point[0]),
+                    "low": float(low[0]),
+                    "high": float(high[0]),
+                }
+            )
     return rows
 
 
@@ -364,6 +482,13 @@ def write_table(rows: list[dict], csv_path: Path, md_path: Path | None = None, t
 
 
 # ----- figures -----------------------------------------------------------------------------------
+# Panels keep a fixed size and the figure grows around them: the legend and titles take their own
+# room instead of squeezing the plots (constrained layout, legend outside the axes).
+
+
+def panel_size(n: int) -> tuple[float, float]:
+    """Inches per env panel: one or two envs get larger panels, so titles and ticks take less of them."""
+    return (6.0, 4.2) if n == 1 else (5.2, 3.8) if n == 2 else (4.4, 3.3)
 
 
 def _pyplot():
@@ -384,14 +509,81 @@ def _colors(labels: list[str]) -> dict[str, tuple]:
     return colors
 
 
-def _panels(n: int, width: float = 4.2, height: float = 3.2, ncols: int = 3):
+def panel_grid(n: int) -> tuple[int, int]:
+    """(rows, columns) for ``n`` panels: near-square, at most 4 columns (12 panels: 3 x 4)."""
+    ncols = 1 if n == 1 else 2 if n in (2, 4) else 3 if n in (3, 5, 6, 9) else 4
+    return math.ceil(n / ncols), ncols
+
+
+def _panels(n: int, sharex: bool = False):
     plt = _pyplot()
-    ncols = min(ncols, n)
-    nrows = math.ceil(n / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
+    nrows, ncols = panel_grid(n)
+    panel = panel_size(n)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(panel[0] * ncols, panel[1] * nrows), squeeze=False, layout="constrained", sharex=sharex
+    )
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     return fig, list(axes.flat[:n])
+
+
+def _figure_legend(fig, handles: dict, n_panels: int) -> None:
+    """The legend beside a single panel (below it when the names are long), below several; the figure
+    grows by the legend's size."""
+    if not handles:
+        return
+    width, height = fig.get_size_inches()
+    label_width = 0.075 * max(len(label) for label in handles) + 0.6  # inches, at font size 9
+    if n_panels == 1 and label_width < 0.5 * width:
+        fig.set_size_inches(width + label_width, max(height, 0.25 * len(handles) + 0.5))
+        fig.legend(list(handles.values()), list(handles), loc="outside right center", frameon=False, fontsize=9)
+        return
+    ncol = max(1, min(len(handles), int(width // label_width)))
+    fig.set_size_inches(width, height + 0.25 * math.ceil(len(handles) / ncol) + 0.2)
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=ncol, frameon=False, fontsize=9)
+
+
+def _legend_handles(axes) -> dict:
+    handles = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    return dict(sorted(handles.items(), key=lambda kv: (kv[0].endswith("(published)"), kv[0])))
+
+
+def plain_axis(ax, min_relative_span: float = 0.02) -> None:
+    """Plain tick labels on the y axis (no ``1e-6+1.13e1`` offsets), and a flat line drawn flat.
+
+    When everything on the axis varies by less than ``min_relative_span`` of its size (a projected
+    weight norm), the limits widen to that span around the data, so float noise is not magnified
+    into a jagged curve.
+    """
+    low, high = ax.dataLim.y0, ax.dataLim.y1
+    if np.isfinite(low) and np.isfinite(high):
+        center, size = (low + high) / 2, max(abs(low), abs(high))
+        if size > 0 and high - low < min_relative_span * size:
+            half = min_relative_span * size / 2
+            if ax.get_yscale() == "log":
+                ax.set_ylim(center / (1 + min_relative_span), center * (1 + min_relative_span))
+            else:
+                ax.set_ylim(center - half, center + half)
+    if ax.get_yscale() == "linear":
+        ax.ticklabel_format(axis="y", useOffset=False, style="plain")
+
+
+def _format_steps(value: float, _position=None) -> str:
+    """Tick label of a step count: 0, 500, 25k, 1.5M."""
+    for scale, suffix in ((1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:g}{suffix}"
+    return f"{value:g}"
+
+
+def steps_axis(ax) -> None:
+    """Environment steps on the x axis as 25k / 1M, so ticks stay short on narrow panels."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.xaxis.set_major_formatter(FuncFormatter(_format_steps))
 
 
 def _draw_band(
@@ -403,7 +595,7 @@ def _draw_band(
     estimator: str,
     ci: float,
     n_boot: int,
-    rng,
+    seed: int,
     smooth_window: int,
     points: int = 100,
     label: str | None = None,
@@ -413,18 +605,18 @@ def _draw_band(
     if curve is None:
         return False
     grid, values = curve
-    center = ESTIMATORS[estimator](values, axis=0)
+    scores = values[:, None, :]  # (runs, 1 env, points)
+    center = ESTIMATORS[estimator](scores)
     # A metric logged once (a final test success rate) is a point, drawn as a marker.
     ax.plot(grid, center, color=color, label=label, linestyle=linestyle, lw=1.6, marker="o" if len(grid) == 1 else None)
     if len(values) > 1:
-        lo, hi = bootstrap_ci(values, ESTIMATORS[estimator], ci, n_boot, rng)
+        _, lo, hi = interval_estimate(scores, ESTIMATORS[estimator], ci, n_boot, seed)
         ax.fill_between(grid, lo, hi, color=color, alpha=0.2, lw=0)
     return True
 
 
-def plot_curves(
+def curves_figure(
     runs: list[RunData],
-    out: Path,
     metric: str = RETURN,
     x: str = "step",
     estimator: str = "mean",
@@ -432,13 +624,12 @@ def plot_curves(
     n_boot: int = 2000,
     smooth_window: int = 1,
     seed: int = 0,
-) -> Path | None:
-    """One panel per env, one line (estimator across seeds, CI band) per label."""
+):
+    """One panel per env, one line (estimator across seeds, CI band) per label; None without data."""
     runs = [r for r in runs if metric in r.series and (x == "step" or not r.reference)]
     envs = sorted({r.env_key for r in runs})
     if not envs:
         return None
-    rng = np.random.default_rng(seed)
     colors = _colors(sorted({r.label for r in runs}))
     fig, axes = _panels(len(envs))
     for ax, env_key in zip(axes, envs):
@@ -453,34 +644,30 @@ def plot_curves(
                 estimator,
                 ci,
                 n_boot,
-                rng,
+                seed,
                 smooth_window,
                 label=label,
                 linestyle="--" if group[0].reference else "-",
             )
-        ax.set_title(" / ".join(sorted({r.env for r in here})))
+        ax.set_title(" / ".join(sorted({r.env for r in here})), fontsize=10)
         ax.set_xlabel("environment steps" if x == "step" else "wall-clock time (s)")
+        if x == "step":
+            steps_axis(ax)
         ax.set_ylabel(metric.split("/")[-1].replace("_", " "))
         ax.grid(alpha=0.3)
-    handles = {}
-    for ax in axes:
-        for handle, lab in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(lab, handle)
-    handles = dict(sorted(handles.items(), key=lambda kv: (kv[0].endswith("(published)"), kv[0])))
+        plain_axis(ax)
+    _figure_legend(fig, _legend_handles(axes), len(envs))
     band = f"{'IQM' if estimator == 'iqm' else 'mean'} across seeds, {ci:.0%} bootstrap CI"
-    ncol = max(1, min(len(handles), int(fig.get_figwidth() // 3.2)))
-    fig.legend(
-        list(handles.values()),
-        list(handles),
-        loc="lower center",
-        ncol=ncol,
-        frameon=False,
-        bbox_to_anchor=(0.5, 0.0),
-        fontsize=9,
-    )
-    fig.suptitle(f"{metric} over {'environment steps' if x == 'step' else 'wall-clock time'}\n({band})", fontsize=11)
-    legend_rows = math.ceil(len(handles) / ncol)
-    fig.tight_layout(rect=(0, min(0.5, 0.3 * legend_rows / fig.get_figheight()), 1, 1))
+    sep = "\n" if len(envs) < 3 else " "  # a narrow figure takes the title on two lines
+    fig.suptitle(f"{metric} over {'environment steps' if x == 'step' else 'wall-clock time'}{sep}({band})", fontsize=11)
+    return fig
+
+
+def plot_curves(runs: list[RunData], out: Path, metric: str = RETURN, x: str = "step", *args, **kwargs) -> Path | None:
+    """``curves_steps.png`` (``x="step"``) or ``curves_time.png`` (``x="time"``); see :func:`curves_figure`."""
+    fig = curves_figure(runs, metric, x, *args, **kwargs)
+    if fig is None:
+        return None
     path = out / f"curves_{'steps' if x == 'step' else 'time'}.png"
     fig.savefig(path, dpi=120)
     _pyplot().close(fig)
@@ -488,66 +675,123 @@ def plot_curves(
 
 
 def plot_aggregate(rows: list[dict], out: Path, ci: float = 0.95) -> Path | None:
+    """IQM, median and mean of normalized final scores per line, with their CIs (horizontal bars)."""
     if not rows:
         return None
     plt = _pyplot()
     rows = sorted(rows, key=lambda r: r["iqm"])
     colors = _colors([r["agent"] for r in rows])
-    fig, axes = plt.subplots(1, 2, figsize=(10, 0.6 * len(rows) + 1.6), sharey=True, squeeze=False)
-    for ax, key, title in zip(axes[0], ("iqm", "mean"), ("IQM", "Mean")):
+    fig, axes = plt.subplots(
+        1,
+        len(AGGREGATES),
+        figsize=(3.4 * len(AGGREGATES), 0.45 * len(rows) + 1.4),
+        sharey=True,
+        squeeze=False,
+        layout="constrained",
+    )
+    for ax, key in zip(axes[0], AGGREGATES):
         for i, r in enumerate(rows):
             ax.barh(
                 i, r[f"{key}_high"] - r[f"{key}_low"], left=r[f"{key}_low"], height=0.6, color=colors[r["agent"]], alpha=0.6
             )
             ax.plot([r[key], r[key]], [i - 0.3, i + 0.3], color="black", lw=1.5)
         ax.set_yticks(range(len(rows)), [f"{r['agent']} ({r['envs']} envs, {r['runs']} runs)" for r in rows])
-        ax.set_title(f"{title}, {ci:.0%} stratified bootstrap CI", fontsize=10)
-        ax.set_xlabel("final return, min-max normalized per env")
+        ax.set_title({"iqm": "IQM", "median": "Median", "mean": "Mean"}[key], fontsize=10)
         ax.set_xlim(min(0.0, min(r[f"{key}_low"] for r in rows)) - 0.02, max(1.0, max(r[f"{key}_high"] for r in rows)) + 0.02)
         ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
+    fig.supxlabel("final return, min-max normalized per env", fontsize=10)
+    fig.suptitle(f"Aggregate across envs ({ci:.0%} stratified bootstrap CI, rliable)", fontsize=11)
     path = out / "aggregate.png"
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
 
 
+def plot_performance_profile(
+    taus: np.ndarray, profiles: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], out: Path, n_envs: int, ci: float = 0.95
+) -> Path | None:
+    """Score distributions: the fraction of runs above each normalized score, one line per label."""
+    if not profiles:
+        return None
+    plt = _pyplot()
+    colors = _colors(sorted(profiles))
+    fig, ax = plt.subplots(figsize=(5.2, 3.8), layout="constrained")
+    for label, (profile, low, high) in sorted(profiles.items(), key=lambda kv: -kv[1][0].mean()):
+        linestyle = "--" if label.endswith("(published)") else "-"
+        ax.plot(taus, profile, color=colors[label], lw=1.8, label=label, linestyle=linestyle)
+        ax.fill_between(taus, low, high, color=colors[label], alpha=0.2, lw=0)
+    ax.set_xlabel(r"normalized final return $\tau$ (min-max per env)")
+    ax.set_ylabel(r"fraction of runs with score > $\tau$")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    _figure_legend(fig, _legend_handles([ax]), 1)
+    fig.suptitle(f"Performance profile over {n_envs} envs ({ci:.0%} stratified bootstrap CI, rliable)", fontsize=11)
+    path = out / "performance_profile.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_improvement(rows: list[dict], out: Path, ci: float = 0.95) -> Path | None:
+    """P(X > Y) for each pair of lines, with its CI; 0.5 is no difference."""
+    if not rows:
+        return None
+    plt = _pyplot()
+    width = 0.075 * max(max(len(r["x"]), len(r["y"]) + 2) for r in rows) + 5.5
+    fig, ax = plt.subplots(figsize=(width, 0.7 * len(rows) + 1.5), layout="constrained")
+    for i, r in enumerate(reversed(rows)):
+        ax.barh(i, r["high"] - r["low"], left=r["low"], height=0.5, color="tab:blue", alpha=0.5)
+        ax.plot([r["probability"]] * 2, [i - 0.25, i + 0.25], color="black", lw=1.5)
+    ax.set_yticks(range(len(rows)), [f"{r['x']}\n> {r['y']} ({r['envs']} envs)" for r in reversed(rows)], fontsize=9)
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.axvline(0.5, color="gray", ls="--", lw=1)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("P(X > Y); 0.5: no difference")
+    ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(f"Probability of improvement ({ci:.0%} stratified bootstrap CI, rliable)", fontsize=11)
+    path = out / "probability_of_improvement.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def plot_nap(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 1000, seed: int = 0) -> list[Path]:
-    """Per env: per-layer weight norm (top) and effective learning rate (bottom), one line per label."""
+    """Per env: each layer's weight norm and, below it, its effective learning rate, one line per label.
+
+    Layers fill up to four columns, each taking two rows (norm, effective lr).
+    """
     plt = _pyplot()
     paths = []
     nap_runs = [r for r in runs if any(m.startswith("nap/norm/") for m in r.series)]
-    rng = np.random.default_rng(seed)
     for env in sorted({r.env for r in nap_runs}):
         here = [r for r in nap_runs if r.env == env]
         layers = sorted({m.split("/", 2)[2] for r in here for m in r.series if m.startswith("nap/norm/")})
         colors = _colors(sorted({r.label for r in here}))
-        fig, axes = plt.subplots(2, len(layers), figsize=(3.2 * len(layers), 5.6), squeeze=False, sharex=True)
-        for col, layer in enumerate(layers):
+        ncols = min(len(layers), 4)
+        nrows = 2 * math.ceil(len(layers) / ncols)
+        fig, axes = plt.subplots(
+            nrows, ncols, figsize=(3.4 * ncols, 2.5 * nrows), squeeze=False, sharex=True, layout="constrained"
+        )
+        for ax in axes.flat:
+            ax.set_visible(False)
+        for i, layer in enumerate(layers):
             for row, (prefix, name) in enumerate((("nap/norm/", "weight norm"), ("nap/eff_lr/", "effective lr"))):
-                ax = axes[row, col]
+                ax = axes[2 * (i // ncols) + row, i % ncols]
+                ax.set_visible(True)
                 for (label, _), group in by_label_and_env(here).items():
-                    _draw_band(
-                        ax,
-                        group,
-                        prefix + layer,
-                        "step",
-                        colors[label],
-                        "mean",
-                        ci,
-                        n_boot,
-                        rng,
-                        1,
-                        label=label if (row, col) == (0, 0) else None,
-                    )
+                    _draw_band(ax, group, prefix + layer, "step", colors[label], "mean", ci, n_boot, seed, 1, label=label)
                 if row == 1:
                     ax.set_yscale("log")
-                    ax.set_xlabel("environment steps")
                 ax.set_title(f"{layer}: {name}", fontsize=9)
                 ax.grid(alpha=0.3)
-        fig.legend(loc="lower center", ncol=4, frameon=False)
-        fig.suptitle(f"NaP on {env}: per-layer ||W|| and lr/||W|| (mean over seeds)")
-        fig.tight_layout(rect=(0, 0.07, 1, 1))
+                ax.tick_params(labelbottom=True)
+                steps_axis(ax)
+                plain_axis(ax)
+        for ax in axes[-1]:
+            ax.set_xlabel("environment steps")
+        _figure_legend(fig, _legend_handles(axes.flat), len(layers) * 2)
+        fig.suptitle(f"NaP on {env}: per-layer ||W|| and lr/||W|| (mean over seeds, {ci:.0%} bootstrap CI)")
         path = out / f"nap_{env.replace('/', '_')}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
@@ -560,41 +804,38 @@ def plot_llm(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
     plt = _pyplot()
     paths = []
     llm_runs = [r for r in runs if any(m in r.series for m in LLM_METRICS)]
-    rng = np.random.default_rng(seed)
     for env in sorted({r.env for r in llm_runs}):
         here = [r for r in llm_runs if r.env == env]
         colors = _colors(sorted({r.label for r in here}))
-        fig, (ax_success, ax_zero) = plt.subplots(1, 2, figsize=(11, 4))
+        fig, (ax_success, ax_zero) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
         for (label, _), group in by_label_and_env(here).items():
+            for metric, suffix, style in (("charts/success_rate", "train", "-"), ("charts/test_success_rate", "test", "--")):
+                _draw_band(
+                    ax_success,
+                    group,
+                    metric,
+                    "step",
+                    colors[label],
+                    "mean",
+                    ci,
+                    n_boot,
+                    seed,
+                    1,
+                    label=f"{label} ({suffix})",
+                    linestyle=style,
+                )
             _draw_band(
-                ax_success,
+                ax_zero,
                 group,
-                "charts/success_rate",
+                "charts/zero_variance_fraction",
                 "step",
                 colors[label],
                 "mean",
                 ci,
                 n_boot,
-                rng,
+                seed,
                 1,
-                label=f"{label} (train)",
-            )
-            _draw_band(
-                ax_success,
-                group,
-                "charts/test_success_rate",
-                "step",
-                colors[label],
-                "mean",
-                ci,
-                n_boot,
-                rng,
-                1,
-                label=f"{label} (test)",
-                linestyle="--",
-            )
-            _draw_band(
-                ax_zero, group, "charts/zero_variance_fraction", "step", colors[label], "mean", ci, n_boot, rng, 1, label=label
+                label=label,
             )
         ax_success.set_title("success rate")
         ax_zero.set_title("fraction of groups with zero reward variance")
@@ -604,7 +845,6 @@ def plot_llm(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         fig.suptitle(f"{env} (mean over seeds, {ci:.0%} bootstrap CI)")
-        fig.tight_layout()
         path = out / f"llm_{env.replace('/', '_')}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
@@ -644,6 +884,23 @@ def make_all(
     if agg:
         write_table(agg, out / "aggregate.csv")
         written += [out / "aggregate.csv", plot_aggregate(agg, out, ci)]
+    # Performance profiles and the probability of improvement compare lines across several envs.
+    n_envs = len({env for per_env in normalized_scores(runs, metric, final_fraction).values() for env in per_env})
+    if n_envs >= 2:
+        taus, profiles = performance_profiles(runs, metric, final_fraction, ci, n_boot, seed)
+        write_table(
+            [
+                {"agent": label, "tau": float(t), "fraction": float(p), "low": float(lo), "high": float(hi)}
+                for label, (profile, low, high) in profiles.items()
+                for t, p, lo, hi in zip(taus, profile, low, high)
+            ],
+            out / "performance_profile.csv",
+        )
+        written += [out / "performance_profile.csv", plot_performance_profile(taus, profiles, out, n_envs, ci)]
+        improvement = improvement_rows(runs, metric, final_fraction, ci, n_boot, seed)
+        if improvement:
+            write_table(improvement, out / "probability_of_improvement.csv")
+            written += [out / "probability_of_improvement.csv", plot_improvement(improvement, out, ci)]
     written += plot_nap(runs, out, ci, seed=seed) + plot_llm(runs, out, ci, seed=seed)
     return [p for p in written if p is not None]
 
@@ -671,31 +928,43 @@ def with_reference(runs: list[RunData], env_keys: set[str] | None = None) -> lis
     return own + reference
 
 
+@dataclass
+class PlotArgs:
+    """Figures and tables from run folders (see the module docstring for each file written)."""
+
+    paths: Annotated[list[str], tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR ...")] = field(default_factory=list)
+    """run folders, or folders holding them (searched recursively)"""
+    out: Annotated[str | None, tyro.conf.arg(metavar="DIR")] = None
+    """where to write (default: <first path>/plots, or plots/)"""
+    metric: str = RETURN
+    """the logged metric to draw and summarize"""
+    estimator: Literal["mean", "iqm"] = "mean"
+    """across seeds, at each point of a curve"""
+    ci: float = 0.95
+    """confidence level of the bootstrap intervals"""
+    n_boot: int = 2000
+    """bootstrap resamples"""
+    smooth: int = 1
+    """moving average over this many logged points"""
+    final_fraction: float = 0.1
+    """final return: the mean over this last part of a run's steps"""
+    group_by: list[str] | None = None
+    """name lines by these args.json keys"""
+    reference: bool = False
+    """overlay the published Gymnasium-MuJoCo curves"""
+    envs: list[str] | None = None
+    """only these envs (short names, e.g. Hopper Ant)"""
+    seed: int = 0
+    """seed of the bootstrap"""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m cleanrl_style.plot",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n\n", 2)[2],
-    )
-    parser.add_argument("paths", nargs="*", help="run folders, or folders holding them (searched recursively)")
-    parser.add_argument("--out", default=None, help="where to write (default: <first path>/plots, or plots/)")
-    parser.add_argument("--metric", default=RETURN)
-    parser.add_argument("--estimator", choices=sorted(ESTIMATORS), default="mean", help="across seeds, per curve point")
-    parser.add_argument("--ci", type=float, default=0.95, help="confidence level of the bootstrap intervals")
-    parser.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples")
-    parser.add_argument("--smooth", type=int, default=1, help="moving average over this many logged points")
-    parser.add_argument("--final-fraction", type=float, default=0.1, help="final return: mean over this last part of steps")
-    parser.add_argument("--group-by", nargs="+", default=None, help="name lines by these args.json keys")
-    parser.add_argument("--reference", action="store_true", help="overlay the published Gymnasium-MuJoCo curves")
-    parser.add_argument("--envs", nargs="+", default=None, help="only these envs (short names, e.g. Hopper Ant)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
-    args = parser.parse_args(argv)
+    args = tyro.cli(PlotArgs, args=argv, prog="python -m cleanrl_style.plot", description=__doc__)
     if not args.paths and not args.reference:
-        parser.error("give run folders, or --reference to draw the published curves alone")
+        raise SystemExit("python -m cleanrl_style.plot: give run folders, or --reference to draw the published curves alone")
     runs = load_runs(args.paths, args.group_by) if args.paths else []
     if args.paths and not runs:
-        parser.error(f"no runs (folders with {CSV_NAME} and args.json) under {args.paths}")
+        raise SystemExit(f"python -m cleanrl_style.plot: no runs (folders with {CSV_NAME} and args.json) under {args.paths}")
     env_keys = {e.split("-v")[0] for e in args.envs} if args.envs else None
     if env_keys:
         runs = [r for r in runs if r.env_key in env_keys]

@@ -7,7 +7,8 @@ An agent's ``Args`` dataclass extends :class:`RunArgs`; the agent then does::
     ...
     if run.checkpoint: restore from run.checkpoint (its "global_step", models, optimizers...)
     ...
-    run.log(global_step, {...}); run.progress(global_step, recent_return)
+    run.watch(agent, vec_env)                # the live policy and env, for --capture-video
+    run.log(global_step, {...}); run.progress(global_step, recent_return, sps)
     run.save(global_step, model=..., optimizer=...)   # atomic, adds RNG states, args, elapsed
     run.close()
 """
@@ -35,6 +36,8 @@ from cleanrl_style.checkpoint import (
     set_rng_states,
 )
 from cleanrl_style.logger import RunLogger, read_progress
+from cleanrl_style.progress import Progress
+from cleanrl_style.video import VideoRecorder
 
 RUNS_DIR = Path(os.environ.get("CLEANRL_STYLE_RUNS", "runs"))
 
@@ -73,7 +76,16 @@ class RunArgs:
     wandb_project: str = "cleanrl-style"
     """Weights & Biases project, with --track"""
     progress_bar: bool = True
-    """show a progress bar on the terminal"""
+    """show a progress bar on the terminal (without one, plain progress lines are printed instead)"""
+    progress_every: float = 30.0
+    """seconds between two plain progress lines, printed when there is no bar (log files, sweeps); 0: none"""
+    capture_video: bool = False
+    """film the deterministic policy into runs/<run>/videos/*.mp4 and TensorBoard: at the start, every
+    --video-every training episodes, and at the end (off-screen MuJoCo rendering, MUJOCO_GL=egl by default)"""
+    video_every: int = 1000
+    """with --capture-video: training episodes (all sub-environments together) between two videos"""
+    video_size: tuple[int, int] = (256, 256)
+    """with --capture-video: width and height of the videos in pixels (even numbers)"""
     precision: Literal["fp32", "bf16"] = "fp32"
     """arithmetic of the networks' forward and backward passes: fp32, or bf16 autocast (weights,
     gradients and optimizer state stay float32; on CPUs with AVX-512 BF16 or AMX, and on GPUs)"""
@@ -151,13 +163,11 @@ class Run:
         provenance.append_record(
             self.dir, {**provenance.describe(Path(self.agent_file).parent, args.device), "start_step": self.start_step}
         )
-        self._bar = None
-        if args.progress_bar:
-            from tqdm import tqdm
-
-            self._bar = tqdm(
-                total=args.total_timesteps, initial=self.start_step, unit="step", dynamic_ncols=True, disable=None
-            )
+        self._progress = Progress(args.total_timesteps, self.start_step, bar=args.progress_bar, every=args.progress_every)
+        self.video: VideoRecorder | None = None
+        self._watched: tuple[Any, Any] | None = None
+        if args.capture_video:  # checked now: a machine that cannot render fails before training
+            self.video = VideoRecorder(args.env, self.dir / "videos", *args.video_size)
         self._last_checkpoint_step = self.start_step
         self._sps_mark = (time.time(), self.start_step)
 
@@ -179,17 +189,43 @@ class Run:
         self._sps_mark = (now, step)
         return (step - then_step) / max(now - then, 1e-9)
 
-    def progress(self, step: int, recent_return: float | None = None, sps: float | None = None) -> None:
-        if self._bar is None:
+    def progress(
+        self,
+        step: int,
+        recent_return: float | None = None,
+        sps: float | None = None,
+        extra: dict[str, float | str] | None = None,
+    ) -> None:
+        """Show progress (a bar on a terminal, else a plain line every --progress-every seconds; see
+        :mod:`cleanrl_style.progress`) with the agent's figures, e.g. ``extra={"tokens/s": 14.6}``;
+        with --capture-video, film the policy when --video-every more training episodes have finished."""
+        self._progress.update(step, recent_return, sps, extra)
+        if self.video is not None and self._watched is not None:
+            episodes = self._watched[1].episodes_finished
+            if episodes >= self._next_video_episode:
+                self._film(self._watched[0], step)
+                self._next_video_episode = (episodes // self.args.video_every + 1) * self.args.video_every
+
+    def watch(self, policy: torch.nn.Module, vec_env: Any) -> None:
+        """The live policy (its ``act(obs)``) and the training env (its ``episodes_finished``), for
+        --capture-video: the policy is filmed now (unless the run resumes) and after every --video-every
+        training episodes. Does nothing without --capture-video."""
+        self._watched = (policy, vec_env)
+        self._next_video_episode = self.args.video_every
+        if self.video is not None and self.start_step == 0:
+            self._film(policy, 0)
+
+    def _film(self, policy: torch.nn.Module, step: int) -> None:
+        """One episode of the deterministic policy, always from the same start (seed + 20,000)."""
+        path = self.dir / "videos" / f"step_{step:09d}.mp4"
+        if path.exists():  # filmed at this step already (the last periodic video, or before a resume)
             return
-        self._bar.update(step - self._bar.n)
-        postfix = {}
-        if sps is not None:
-            postfix["SPS"] = f"{sps:,.0f}"
-        if recent_return is not None:
-            postfix["return"] = f"{recent_return:.1f}"
-        if postfix:
-            self._bar.set_postfix(postfix, refresh=False)
+        started = time.time()
+        episode = self.video.record(policy.act, path, seed=self.args.seed + 20_000, device=self.device)
+        self.logger.log_video("videos/policy", episode.frames, episode.fps, step, path)
+        self._progress.write(f"video: {path} ({episode.length} steps, return {episode.episode_return:.1f})")
+        mark_time, mark_step = self._sps_mark  # charts/SPS measures training: the filming time is left out
+        self._sps_mark = (mark_time + time.time() - started, mark_step)
 
     def save(self, global_step: int, **state: Any) -> None:
         """Checkpoint ``state`` (state dicts, tensors) with RNG states, args, step and elapsed time."""
@@ -213,8 +249,12 @@ class Run:
         """Deterministic evaluation at the end of training (``--eval-episodes``), logged as ``eval/*``.
 
         ``policy.act(obs)`` gives actions for raw observations; ``policy.eval()`` freezes its
-        normalizer statistics. A resumed run that had already evaluated does not log it twice.
+        normalizer statistics. A resumed run that had already evaluated does not log it twice. With
+        --capture-video the final policy is filmed first (also with --eval-episodes 0).
         """
+        if self.video is not None:
+            policy.eval()
+            self._film(policy, global_step)
         episodes = self.args.eval_episodes
         if episodes <= 0:
             return
@@ -230,6 +270,7 @@ class Run:
         print(f"evaluation over {episodes} episodes: {returns.mean():.1f} +- {returns.std():.1f}")
 
     def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
+        self._progress.close()
+        if self.video is not None:
+            self.video.close()
         self.logger.close()

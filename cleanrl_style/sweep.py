@@ -33,7 +33,6 @@ and the sweep exits 1. Running the same sweep folder from two sweeps at once is 
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
@@ -43,8 +42,11 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Annotated, Literal, NoReturn
+
+import tyro
 
 from cleanrl_style.checkpoint import CHECKPOINT_NAME
 from cleanrl_style.recipes import Recipe, RecipeError, load_recipe
@@ -332,71 +334,79 @@ def default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m cleanrl_style.sweep",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=__doc__.split("\n\n", 2)[2],
+@dataclass
+class SweepArgs:
+    """Run a grid of agent x env x flag values x seed, or a recipe, resumably (see the module docstring)."""
+
+    recipe: str = ""
+    """run a recipe file (benchmarks/recipes/*.toml) instead of --agents/--envs/--grid; its runs go to
+    runs/recipes/<recipe> unless --sweep-dir is given"""
+    arms: list[str] = field(default_factory=list)
+    """with --recipe: run only these arms"""
+    agents: Annotated[list[str], tyro.conf.arg(metavar="AGENT ...")] = field(default_factory=list)
+    """agent names in agents/ (ppo_nap ...) or .py paths"""
+    envs: Annotated[list[str], tyro.conf.arg(metavar="ENV ...")] = field(default_factory=list)
+    """env short names or registered ids"""
+    seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
+    """seeds of every grid point"""
+    grid: Annotated[list[str], tyro.conf.UseAppendAction, tyro.conf.arg(metavar="KEY=V1,V2")] = field(default_factory=list)
+    """agent flag values to sweep; true/false become --KEY/--no-KEY"""
+    flags: str = ""
+    """flags passed to every run, one string: "--total-timesteps 100000" (a single flag: --flags="--no-nap")"""
+    imports: Annotated[list[str], tyro.conf.arg(name="import", metavar="MODULE"), tyro.conf.UseAppendAction] = field(
+        default_factory=list
     )
-    parser.add_argument(
-        "--recipe",
-        default="",
-        help="run a recipe file (benchmarks/recipes/*.toml) instead of --agents/--envs/--grid; "
-        "its runs go to runs/recipes/<recipe> unless --sweep-dir is given",
-    )
-    parser.add_argument("--arms", nargs="+", default=[], help="with --recipe: run only these arms")
-    parser.add_argument("--agents", nargs="+", default=[], help="agent names in agents/ (ppo_nap ...) or .py paths")
-    parser.add_argument("--envs", nargs="+", default=[], help="env short names or registered ids")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
-    parser.add_argument(
-        "--grid",
-        action="append",
-        default=[],
-        metavar="KEY=V1,V2",
-        help="agent flag values to sweep; true/false become --KEY/--no-KEY; repeatable",
-    )
-    parser.add_argument(
-        "--flags",
-        default="",
-        help='flags passed to every run, one string: "--total-timesteps 100000" (a single flag: --flags="--no-nap")',
-    )
-    parser.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="import this module before each agent runs (it registers your env); repeatable",
-    )
-    parser.add_argument("--sweep-dir", default="", help="one run folder per grid point goes here (default: runs/sweep)")
-    parser.add_argument("--launcher", choices=("local", "ray"), default="local")
-    parser.add_argument("--workers", type=int, default=0, help="local: runs at once (default: one per core)")
-    parser.add_argument("--ray-address", default=None, help="ray: the cluster's address (auto, ray://host:10001, ...)")
-    parser.add_argument("--cpus-per-run", type=float, default=1.0, help="ray: CPUs each run reserves")
-    parser.add_argument("--dry-run", action="store_true", help="print each point's status and command, run nothing")
-    return parser
+    """import this module before each agent runs (it registers your env)"""
+    sweep_dir: str = ""
+    """one run folder per grid point goes here (default: runs/sweep)"""
+    launcher: Literal["local", "ray"] = "local"
+    """local: child processes of this sweep; ray: tasks on a Ray cluster"""
+    workers: int = 0
+    """local: runs at once (default: the recipe's, else one per core)"""
+    ray_address: str | None = None
+    """ray: the cluster's address (auto, ray://host:10001, ...)"""
+    cpus_per_run: float = 1.0
+    """ray: CPUs each run reserves"""
+    dry_run: bool = False
+    """print each point's status and command, run nothing"""
+
+
+def parse_args(argv: list[str] | None = None) -> SweepArgs:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # ``--flags "--total-timesteps 100000"``: the value starts with "--", which tyro would read as the
+    # next option; attached as ``--flags=...`` it is read as the value it is.
+    i = 0
+    while i < len(argv) - 1:  # every occurrence: the last one wins, as for any option
+        if argv[i] == "--flags":
+            argv[i : i + 2] = [f"--flags={argv[i + 1]}"]
+        i += 1
+    return tyro.cli(SweepArgs, args=argv, prog="python -m cleanrl_style.sweep", description=__doc__)
+
+
+def usage_error(message: str) -> NoReturn:
+    """Stop with a command-line error (exit status 2, as for a flag tyro refuses)."""
+    print(f"python -m cleanrl_style.sweep: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(argv)
     workers = args.workers
     if args.recipe:
         if args.agents or args.envs or args.grid or args.flags:
-            parser.error("--recipe takes its agents, envs and flags from the file; drop --agents/--envs/--grid/--flags")
+            usage_error("--recipe takes its agents, envs and flags from the file; drop --agents/--envs/--grid/--flags")
         try:
             recipe = load_recipe(args.recipe)
             points = recipe_points(recipe, args.arms)
         except (RecipeError, KeyError) as e:
-            parser.error(str(e).strip("'\""))
+            usage_error(str(e).strip("'\""))
         sweep_dir = Path(args.sweep_dir or RECIPE_RUNS / recipe.name).resolve()
         workers = workers or recipe.workers
     else:
         if not args.agents or not args.envs:
-            parser.error("give --agents and --envs (or --recipe FILE)")
+            usage_error("give --agents and --envs (or --recipe FILE)")
         if args.arms:
-            parser.error("--arms selects arms of a --recipe")
+            usage_error("--arms selects arms of a --recipe")
         grid = parse_grid(args.grid)
         points = expand_grid(args.agents, args.envs, args.seeds, grid, shlex.split(args.flags), args.imports)
         sweep_dir = Path(args.sweep_dir or "runs/sweep").resolve()
@@ -411,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     if not todo:
         return 0
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    (sweep_dir / "sweep_args.json").write_text(json.dumps(vars(args), indent=2))
+    (sweep_dir / "sweep_args.json").write_text(json.dumps(asdict(args), indent=2))
     start = time.time()
     if args.launcher == "ray":
         records = run_ray(todo, args.ray_address, args.cpus_per_run)

@@ -30,15 +30,16 @@ when any failed.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import numbers
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Annotated
 
 import gymnasium as gym
 import numpy as np
 import torch
+import tyro
 
 from envs.core import EnvSpaceError, check_spaces
 from envs.registry import UnknownEnvError, make, resolve_env_id
@@ -314,11 +315,8 @@ def _check_determinism(env_id: str, backend: str, seed: int, steps: int) -> list
 
 def check_env(env_id: str, backend: str = "gymnasium", seed: int = 0, steps: int = 1000) -> list[CheckResult]:
     """Run every check on ``env_id`` (see the module docstring); return their results in order."""
-    if ":" in env_id:  # Gymnasium's "module:EnvId": importing the module registers the env
-        module, env_id = env_id.split(":", 1)
-        importlib.import_module(module)
     try:
-        full_id = resolve_env_id(env_id)
+        full_id = resolve_env_id(env_id)  # "module:EnvId" imports the module, which registers the env
     except UnknownEnvError as exc:
         return [CheckResult("registered", False, str(exc))]
     results = [CheckResult("registered", True, full_id)]
@@ -347,20 +345,24 @@ def check_env(env_id: str, backend: str = "gymnasium", seed: int = 0, steps: int
     return results
 
 
+@dataclass
+class CheckArgs:
+    """Check an environment against the vector-env contract, explaining every failure."""
+
+    env_id: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="ENV_ID")]
+    """registered Gymnasium id, short name, module:EnvId, or dmc:domain-task"""
+    imports: Annotated[list[str], tyro.conf.arg(name="import"), tyro.conf.UseAppendAction] = field(default_factory=list)
+    """import this module first (it registers the env)"""
+    backend: str = "gymnasium"
+    """backend to check through envs.make"""
+    seed: int = 0
+    """seed of the first reset"""
+    steps: int = 1000
+    """random steps to look for episode ends"""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m envs.check", description=__doc__.split("\n\n")[0])
-    parser.add_argument("env_id", help="registered Gymnasium id, short name, or module:EnvId")
-    parser.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        help="import this module first (it registers the env); repeatable",
-    )
-    parser.add_argument("--backend", default="gymnasium", help="backend to check through envs.make (default gymnasium)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=1000, help="random steps to look for episode ends")
-    args = parser.parse_args(argv)
+    args = tyro.cli(CheckArgs, args=argv, prog="python -m envs.check", description=__doc__)
     for module in args.imports:
         importlib.import_module(module)
     results = check_env(args.env_id, backend=args.backend, seed=args.seed, steps=args.steps)

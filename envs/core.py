@@ -84,6 +84,8 @@ class TorchVectorEnv(ABC):
         self.action_high = torch.as_tensor(single_action_space.high, dtype=torch.float32, device=self.device)
         self._episode_return = torch.zeros(num_envs, dtype=torch.float32, device=self.device)
         self._episode_length = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        # Episodes finished since construction, counted on device (read only when asked: no sync per step).
+        self._episodes_finished = torch.zeros((), dtype=torch.int64, device=self.device)
 
     # ----- what a backend implements -----------------------------------------------------------
     @abstractmethod
@@ -140,12 +142,18 @@ class TorchVectorEnv(ABC):
         }
         self._episode_return.masked_fill_(done, 0.0)
         self._episode_length.masked_fill_(done, 0)
+        self._episodes_finished += done.sum()
         return obs, reward, terminated, truncated, info
 
     def random_actions(self) -> torch.Tensor:
         """Actions drawn uniformly within the bounds, ``(num_envs, *action_shape)`` on the env's device."""
         shape = (self.num_envs, *self.action_low.shape)
         return self.action_low + (self.action_high - self.action_low) * torch.rand(shape, device=self.device)
+
+    @property
+    def episodes_finished(self) -> int:
+        """Episodes finished by all sub-environments since the env was made (what ``--video-every`` counts)."""
+        return int(self._episodes_finished)
 
     def __enter__(self):
         return self

@@ -45,7 +45,15 @@ def resolve_env_id(env_id: str) -> str:
 
     ``module:EnvId`` imports ``module`` first (as ``gymnasium.make`` does), so an env that
     registers itself on import works from any agent's command line: ``--env my_envs:MyEnv-v0``.
+    ``dmc:domain-task`` is a DeepMind Control Suite task (:mod:`envs.dmc`).
     """
+    if env_id.startswith(("dmc:", "dmc/")):  # DeepMind Control Suite tasks (envs/dmc.py)
+        from envs.dmc import register as register_dmc
+
+        try:
+            return register_dmc(env_id)
+        except ValueError as error:
+            raise UnknownEnvError(str(error)) from None
     if ":" in env_id:
         module, _, env_id = env_id.partition(":")
         try:

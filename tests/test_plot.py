@@ -1,4 +1,4 @@
-"""`python -m cleanrl_style.plot`: figures from synthetic logs and the published curves; numbers by hand."""
+"""`python -m cleanrl_style.plot`: figures from synthetic logs and the published curves; numbers by hand and by rliable."""
 
 from __future__ import annotations
 
@@ -13,12 +13,21 @@ import pytest
 
 from cleanrl_style.plot import (
     REFERENCE_CSV,
+    RunData,
+    aggregate_metrics,
     aggregate_rows,
     bootstrap_ci,
+    curves_figure,
     curves_on_grid,
+    improvement_rows,
+    interval_estimate,
     iqm,
+    iqm_per_point,
     load_runs,
     make_all,
+    panel_grid,
+    performance_profiles,
+    plain_axis,
     summary_rows,
     with_reference,
 )
@@ -79,9 +88,33 @@ def test_bootstrap_ci_of_the_mean_of_two_seeds_matches_the_exact_distribution():
     assert bootstrap_ci(np.array([2.0, 2.0, 2.0]), n_boot=100) == (2.0, 2.0)
 
 
-def test_curves_are_interpolated_on_the_range_every_seed_covers():
-    from cleanrl_style.plot import RunData
+def test_aggregates_are_rliables_metrics_on_the_runs_by_envs_matrix():
+    from rliable import metrics
 
+    scores = np.random.default_rng(0).uniform(size=(5, 3))  # 5 runs x 3 envs
+    expected = [metrics.aggregate_iqm(scores), metrics.aggregate_median(scores), metrics.aggregate_mean(scores)]
+    assert aggregate_metrics(*np.split(scores, 3, axis=1)) == pytest.approx(expected)
+    curves = np.random.default_rng(1).uniform(size=(7, 1, 20))  # 7 seeds, one env, 20 points of a curve
+    assert iqm_per_point(curves) == pytest.approx([metrics.aggregate_iqm(curves[..., i]) for i in range(20)])
+
+
+def test_intervals_are_reproducible_and_leave_numpys_global_generator_alone():
+    scores = np.random.default_rng(0).normal(size=(6, 2))
+    np.random.seed(123)
+    before = np.random.get_state()[1].copy()
+    first = interval_estimate(scores, aggregate_metrics_of_matrix, n_boot=300, seed=4)
+    assert np.array_equal(np.random.get_state()[1], before)
+    second = interval_estimate(scores, aggregate_metrics_of_matrix, n_boot=300, seed=4)
+    assert all(np.array_equal(a, b) for a, b in zip(first, second))
+    other = interval_estimate(scores, aggregate_metrics_of_matrix, n_boot=300, seed=5)
+    assert not np.array_equal(first[1], other[1])
+
+
+def aggregate_metrics_of_matrix(scores: np.ndarray) -> np.ndarray:
+    return aggregate_metrics(*np.split(scores, scores.shape[1], axis=1))
+
+
+def test_curves_are_interpolated_on_the_range_every_seed_covers():
     a = RunData("E", 1, "x", {"m": np.array([[0, 0, 0.0], [10, 1, 10.0]])})
     b = RunData("E", 2, "x", {"m": np.array([[2, 0, 4.0], [8, 1, 10.0]])})
     grid, values = curves_on_grid([a, b], "m", points=4)
@@ -119,8 +152,64 @@ def test_aggregate_iqm_and_mean_of_normalized_scores_match_a_hand_computation(sy
         assert (row["envs"], row["runs"]) == (2, 8)
         assert row["iqm"] == pytest.approx(np.mean(pooled[2:6]))
         assert row["mean"] == pytest.approx(np.mean(pooled))
-        assert row["iqm_low"] <= row["iqm"] <= row["iqm_high"]
-        assert row["mean_low"] <= row["mean"] <= row["mean_high"]
+        # The median over two envs' mean scores is their average.
+        assert row["median"] == pytest.approx((np.mean(hopper[nap]) + np.mean(walker[nap])) / 2)
+        for key in ("iqm", "median", "mean"):
+            assert row[f"{key}_low"] <= row[key] <= row[f"{key}_high"]
+
+
+def test_performance_profile_matches_a_hand_computation(synthetic_runs):
+    taus, profiles = performance_profiles(load_runs([synthetic_runs]), taus=[0.0, 0.2, 0.5, 0.99], n_boot=300)
+    # Normalized scores, NaP on: Hopper (c - 50) / 950 = 0.053, 0.158, 0.263, 1; Walker2d c / 40 = 0.25, 0.5, 0.75, 1.
+    # Above 0: all 8; above 0.2: 6; above 0.5: 3 (Hopper 1, Walker2d 0.75 and 1); above 0.99: 2.
+    profile, low, high = profiles["ppo_nap nap=True"]
+    assert profile.tolist() == [8 / 8, 6 / 8, 3 / 8, 2 / 8]
+    assert np.all(low <= profile) and np.all(profile <= high)
+    # NaP off: Hopper 0, 0.0105, 0.021, 0.032; Walker2d 0, 0.25, 0.5, 0.75: above 0: 6, 0.2: 3, 0.5: 1, 0.99: 0.
+    assert profiles["ppo_nap nap=False"][0].tolist() == [6 / 8, 3 / 8, 1 / 8, 0.0]
+
+
+def test_probability_of_improvement_matches_a_hand_computation(synthetic_runs):
+    (row,) = improvement_rows(load_runs([synthetic_runs]), n_boot=300)
+    assert (row["x"], row["y"], row["envs"]) == ("ppo_nap nap=True", "ppo_nap nap=False", 2)
+    # Hopper: every NaP run beats every run without: P = 1. Walker2d (10, 20, 30, 40) against (0, 10, 20, 30):
+    # 10 beats 1 and ties 1, 20 beats 2 and ties 1, 30 beats 3 and ties 1, 40 beats 4; ties count half:
+    # (1.5 + 2.5 + 3.5 + 4) / 16 = 0.71875. Averaged over the two envs: 0.859375.
+    assert row["probability"] == pytest.approx((1 + 11.5 / 16) / 2)
+    assert row["low"] <= row["probability"] <= row["high"] <= 1.0
+
+
+@pytest.mark.parametrize("n_envs", [1, 2, 3, 5, 8, 12])
+def test_panels_keep_most_of_the_figure_with_a_long_legend(n_envs):
+    rows, cols = panel_grid(n_envs)
+    assert rows * cols >= n_envs and cols <= 4 and rows * cols - n_envs < cols
+    runs = []
+    for env in range(n_envs):
+        for line in range(6):  # six lines with long names: the legend of a wide sweep
+            for seed in (1, 2):
+                curve = np.array([[s, s / 10, line * s / 100 + seed] for s in range(100, 1001, 100)], dtype=float)
+                runs.append(RunData(f"Env{env}-v0", seed, f"sac_simba learning_rate=0.0003 utd={line}", {"m": curve}))
+    fig = curves_figure(runs, "m", n_boot=50)
+    fig.canvas.draw()
+    panels = sum(ax.get_position().width * ax.get_position().height for ax in fig.axes if ax.get_visible())
+    assert panels > 0.45, f"the {n_envs} panels take only {panels:.0%} of the figure"
+
+
+def test_a_flat_line_keeps_plain_tick_labels_and_is_drawn_flat():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    norm = 11.313708498984761
+    ax.plot(range(50), norm + 1e-7 * np.sin(np.arange(50)))  # a projected weight norm: float noise only
+    plain_axis(ax)
+    fig.canvas.draw()
+    assert ax.yaxis.get_major_formatter().get_offset() == ""
+    low, high = ax.get_ylim()
+    assert high - low == pytest.approx(0.02 * norm, rel=1e-3)
+    plt.close(fig)
 
 
 def test_an_env_every_run_scored_the_same_on_is_left_out_of_the_aggregate(synthetic_runs):
@@ -168,8 +257,19 @@ def test_the_command_writes_every_figure_and_table_from_synthetic_logs(synthetic
         text=True,
     )
     assert proc.returncode == 0, proc.stderr
-    for name in ("curves_steps.png", "curves_time.png", "aggregate.png", "nap_Hopper-v5.png", "nap_Walker2d-v5.png"):
+    for name in (
+        "curves_steps.png",
+        "curves_time.png",
+        "aggregate.png",
+        "performance_profile.png",
+        "probability_of_improvement.png",
+        "nap_Hopper-v5.png",
+        "nap_Walker2d-v5.png",
+    ):
         assert is_png(out / name), name
+    with open(out / "performance_profile.csv") as f:
+        profile = {(r["agent"], float(r["tau"])): float(r["fraction"]) for r in csv.DictReader(f)}
+    assert profile[("ppo_nap nap=True", 0.5)] == 3 / 8
     summary = (out / "summary.md").read_text()
     assert "| ppo_nap nap=True | Hopper-v5 | 4 | 1000 | 380 |" in summary  # 0.95 * mean(100, 200, 300, 1000)
     with open(out / "summary.csv") as f:

@@ -213,3 +213,30 @@ def test_the_ray_launcher_runs_the_same_grid_on_a_ray_cluster(tiny_agent, tmp_pa
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "4 run(s) finished, 0 failed" in proc.stdout
     assert_complete(tmp_path / "sweep")
+
+
+def test_command_line_keeps_its_flags():
+    from cleanrl_style.sweep import parse_args
+
+    args = parse_args(
+        [
+            "--agents",
+            "ppo_nap",
+            "sac_nap",
+            "--envs",
+            "Hopper",
+            "--seeds",
+            "4",
+            "5",
+            "--flags",
+            "--total-timesteps 100 --no-nap",
+        ]
+        + ["--grid", "nap=true,false", "--grid", "lr=1e-3", "--import", "my_envs", "--import", "more_envs", "--dry-run"]
+    )
+    assert (args.agents, args.envs, args.seeds) == (["ppo_nap", "sac_nap"], ["Hopper"], [4, 5])
+    assert args.flags == "--total-timesteps 100 --no-nap" and args.grid == ["nap=true,false", "lr=1e-3"]
+    assert args.imports == ["my_envs", "more_envs"] and args.dry_run and args.launcher == "local"
+    assert parse_args(["--agents", "ppo_nap", "--envs", "Hopper", "--flags=--no-nap"]).flags == "--no-nap"
+    assert parse_args(["--agents", "a", "--envs", "E", "--flags", "--no-nap", "--flags", "--seed-offset 2"]).flags == (
+        "--seed-offset 2"
+    )

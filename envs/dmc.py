@@ -1,0 +1,117 @@
+"""DeepMind Control Suite tasks as Gymnasium envs: ``envs.make("dmc:cheetah-run", ...)``.
+
+``dmc:<domain>-<task>`` names a task of ``dm_control.suite`` (``dmc:cheetah-run``, ``dmc:walker-walk``,
+``dmc:dog-run``, ``dmc:humanoid_CMU-stand``; an unknown name lists all 51). On first use it is
+registered with Gymnasium as ``dmc/<domain>-<task>-v0``: the suite's environment wrapped by shimmy's
+``DmControlCompatibilityV0``, its dict of observations flattened into one vector (in the suite's key
+order), and a 1,000-step time limit, the episode length every suite task except LQR already has
+(20 s of control at 50 Hz, or the task's equivalent). Rewards are the suite's, in [0, 1] per step.
+Episodes end by truncation at the time limit; no suite task terminates earlier.
+
+Only the ``gymnasium`` backend runs them (``auto`` picks it). Rendering (``render_mode="rgb_array"``,
+``width``, ``height``, ``camera_id``) goes through dm_control's own off-screen renderer; camera 0 is
+each task's default view.
+
+Needs ``pip install -e ".[dmc]"`` (dm-control and shimmy).
+
+dm-control's bindings index MuJoCo's model and data by a table of field names generated for the
+MuJoCo it was released with; that table lists a few flex fields (deformable bodies, which no suite
+task has) that MuJoCo 4.0 no longer has, so the fields the installed MuJoCo lacks are dropped from
+it before the first task is built (all 51 tasks then reset and step). Under MuJoCo 4.0 the suite's
+models also use a deprecated compiler attribute (``settotalmass``); the compiler's warning about
+it, one per environment built, is not repeated on the log.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+from functools import cache
+
+import gymnasium as gym
+
+PREFIX = "dmc:"
+GYM_NAMESPACE = "dmc/"
+EPISODE_STEPS = 1000
+
+
+def is_dmc(env_id: str) -> bool:
+    return env_id.startswith((PREFIX, GYM_NAMESPACE))
+
+
+@cache
+def _import_suite():
+    # Off-screen rendering without a display: EGL, unless the user chose another MuJoCo GL backend.
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    try:
+        import mujoco
+        from dm_control import suite
+        from dm_control.mujoco.wrapper.mjbindings import sizes
+        from shimmy.dm_control_compatibility import DmControlCompatibilityV0  # noqa: F401
+    except ImportError as error:
+        raise ImportError(
+            f"DeepMind Control Suite tasks need dm-control and shimmy ({error}). Install them with "
+            "pip install -e '.[dmc]' (or pip install dm-control shimmy)."
+        ) from error
+    logging.getLogger("absl").addFilter(lambda record: "settotalmass" not in record.getMessage())
+    model = mujoco.MjModel.from_xml_string("<mujoco/>")
+    for struct, instance in (("mjmodel", model), ("mjdata", mujoco.MjData(model))):
+        for name in [name for name in sizes.array_sizes[struct] if not hasattr(instance, name)]:
+            del sizes.array_sizes[struct][name]
+    return suite
+
+
+def task_names() -> list[str]:
+    """Every suite task as ``domain-task``."""
+    return [f"{domain}-{task}" for domain, task in _import_suite().ALL_TASKS]
+
+
+def make_dmc_env(
+    domain: str,
+    task: str,
+    render_mode: str | None = None,
+    width: int = 320,
+    height: int = 240,
+    camera_id: int = 0,
+    task_kwargs: dict | None = None,
+) -> gym.Env:
+    """The suite's ``domain``/``task`` as a Gymnasium env with flat observations (Gymnasium's entry point)."""
+    from shimmy.dm_control_compatibility import DmControlCompatibilityV0
+
+    class FlatDmControlEnv(DmControlCompatibilityV0):
+        """shimmy's env with the suite's dict of observations flattened into one vector, in the env
+        itself (not a wrapper), so that ``env.unwrapped`` has the spaces the agents see."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.dict_observation_space = self.observation_space
+            self.observation_space = gym.spaces.flatten_space(self.dict_observation_space)
+
+        def reset(self, *, seed=None, options=None):
+            obs, info = super().reset(seed=seed, options=options)
+            return gym.spaces.flatten(self.dict_observation_space, obs), info
+
+        def step(self, action):
+            obs, reward, terminated, truncated, info = super().step(action)
+            return gym.spaces.flatten(self.dict_observation_space, obs), reward, terminated, truncated, info
+
+    env = _import_suite().load(domain, task, task_kwargs=task_kwargs)
+    render_kwargs = {"width": width, "height": height, "camera_id": camera_id}
+    return FlatDmControlEnv(env, render_mode=render_mode, render_kwargs=render_kwargs)
+
+
+def register(env_id: str) -> str:
+    """Register ``dmc:domain-task`` (or ``dmc/domain-task-v0``) with Gymnasium; return the Gymnasium id."""
+    name = env_id[len(PREFIX) :] if env_id.startswith(PREFIX) else env_id[len(GYM_NAMESPACE) :].removesuffix("-v0")
+    gym_id = f"{GYM_NAMESPACE}{name}-v0"
+    if gym_id in gym.registry:
+        return gym_id
+    known = task_names()
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+        hint = f" Did you mean 'dmc:{close[0]}'?" if close else ""
+        raise ValueError(f"Unknown DeepMind Control task {env_id!r}.{hint} Tasks: {', '.join(known)}.")
+    domain, task = name.split("-", 1)
+    gym.register(gym_id, entry_point=make_dmc_env, kwargs={"domain": domain, "task": task}, max_episode_steps=EPISODE_STEPS)
+    return gym_id

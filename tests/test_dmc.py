@@ -1,0 +1,126 @@
+"""DeepMind Control Suite tasks (envs/dmc.py): the vector-env contract on dmc:cheetah-run, parity with
+the suite itself, and a short sac_simba run."""
+
+import numpy as np
+import pytest
+import torch
+from agent_runs import run_agent
+
+import envs
+from cleanrl_style.checkpoint import load_checkpoint
+from cleanrl_style.evaluate import evaluate_run
+from cleanrl_style.logger import read_progress
+from envs.check import check_env
+
+pytest.importorskip("dm_control")
+pytest.importorskip("shimmy")
+
+TASK = "dmc:cheetah-run"
+
+
+def rollout(num_envs=2, steps=1005, seed=0):
+    vec = envs.make(TASK, num_envs, seed=seed)
+    generator = torch.Generator().manual_seed(seed)
+    obs, _ = vec.reset()
+    record = [(obs, None, None, None, None)]
+    for _ in range(steps):
+        action = torch.rand(num_envs, 6, generator=generator) * 3 - 1.5  # beyond the bounds: clipped
+        record.append(vec.step(action))
+    vec.close()
+    return vec, record
+
+
+def test_the_short_form_names_a_registered_gymnasium_env():
+    assert envs.resolve_env_id(TASK) == "dmc/cheetah-run-v0"
+    assert envs.resolve_env_id("dmc/cheetah-run-v0") == "dmc/cheetah-run-v0"  # the resolved id resolves again
+    assert envs.resolve_env_id("dmc:humanoid_CMU-stand") == "dmc/humanoid_CMU-stand-v0"
+    with pytest.raises(envs.UnknownEnvError, match="Did you mean 'dmc:cheetah-run'") as error:
+        envs.resolve_env_id("dmc:cheeta-run")
+    assert "walker-walk" in str(error.value) and "dog-run" in str(error.value)
+
+
+def test_contract_on_a_dmc_task_flat_observations_and_1000_step_episodes():
+    vec, record = rollout()
+    assert vec.backend == "gymnasium"  # auto: the only backend that runs the suite
+    assert vec.single_observation_space.shape == (17,)  # position (8) and velocity (9), flattened
+    assert (vec.action_low.tolist(), vec.action_high.tolist()) == ([-1.0] * 6, [1.0] * 6)
+    returns = np.zeros(2)
+    for t, (obs, reward, terminated, truncated, info) in enumerate(record[1:], start=1):
+        assert obs.shape == (2, 17) and obs.dtype == torch.float32 and reward.dtype == torch.float32
+        assert not terminated.any()  # the suite's tasks never terminate
+        returns += reward.numpy()
+        assert ((reward >= 0) & (reward <= 1)).all()
+        if t == 1000:  # the time limit: every sub-environment truncates at its 1,000th step
+            assert truncated.all() and info["done"].all()
+            assert info["episode_length"].tolist() == [1000, 1000]
+            assert info["episode_return"].numpy() == pytest.approx(returns, rel=1e-4)
+            assert not torch.equal(info["final_obs"], obs)  # obs is the next episode's first observation
+            returns[:] = 0
+        else:
+            assert not truncated.any() and torch.equal(info["final_obs"], obs)
+
+
+def test_observations_and_rewards_equal_the_suites_own():
+    from dm_control import suite
+
+    _, record = rollout(num_envs=1, steps=50, seed=7)
+    generator = torch.Generator().manual_seed(7)
+    env = suite.load("cheetah", "run", task_kwargs={"random": 7})
+    flat = lambda observation: np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in observation.values()])
+    timestep = env.reset()
+    assert record[0][0][0].numpy() == pytest.approx(flat(timestep.observation).astype(np.float32))
+    for obs, reward, *_ in record[1:]:
+        action = (torch.rand(1, 6, generator=generator) * 3 - 1.5).clamp(-1, 1)[0].numpy()
+        timestep = env.step(action)
+        assert obs[0].numpy() == pytest.approx(flat(timestep.observation).astype(np.float32), rel=1e-5, abs=1e-6)
+        assert reward.item() == pytest.approx(timestep.reward, rel=1e-5, abs=1e-7)
+
+
+def test_seeded_resets_are_reproducible():
+    first = envs.make(TASK, 2, seed=3).reset()[0]
+    assert torch.equal(first, envs.make(TASK, 2, seed=3).reset()[0])
+    assert not torch.equal(first, envs.make(TASK, 2, seed=4).reset()[0])
+
+
+def test_the_env_checker_passes_a_dmc_task():
+    results = check_env(TASK, steps=1100)
+    assert all(r.ok for r in results), "\n".join(r.line() for r in results)
+
+
+def test_sac_simba_runs_on_a_dmc_task(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = run_agent(
+        "sac_simba",
+        run_dir,
+        "--env",
+        "dmc:cartpole-balance",
+        "--total-timesteps",
+        "2000",
+        "--learning-starts",
+        "500",
+        "--actor-width",
+        "32",
+        "--critic-width",
+        "32",
+        "--critic-blocks",
+        "1",
+        "--batch-size",
+        "64",
+        "--updates-per-step",
+        "1",
+        "--eval-episodes",
+        "2",
+        "--log-every",
+        "500",
+    )
+    progress = read_progress(run_dir)
+    assert [v for _, _, v in progress["charts/episodic_length"]] == [1000.0, 1000.0]
+    assert all(0 <= v <= 1000 for _, _, v in progress["charts/episodic_return"])
+    assert 0 <= progress["eval/return_mean"][-1][2] <= 1000
+    checkpoint = load_checkpoint(run_dir)
+    assert checkpoint["global_step"] == 2000
+    # SimBa's settings for DeepMind Control: one critic (no clipped double-Q), and the discount from the
+    # 1,000-step episodes, (200 - 1) / 200 with a horizon of L / 5.
+    assert "gamma 0.995, one critic" in proc.stdout and checkpoint["args"]["gamma"] == 0.995
+    returns = evaluate_run(str(run_dir), episodes=2)
+    assert returns.shape == (2,) and np.all((returns >= 0) & (returns <= 1000))
