@@ -329,7 +329,8 @@ status.write("ready\n")
 status.close()
 if config["probe"]:
     os._exit(0)
-for name in ("gc", "ctypes", "_ctypes", "ctypes.util", "pyseccomp", "landlock", "landlock.plumbing", "landlock.porcelain"):
+for name in ("gc", "ctypes", "_ctypes", "ctypes.util", "_posixsubprocess", "pyseccomp", "landlock", "landlock.plumbing",
+             "landlock.porcelain"):
     if config["audit_hook"] and name not in config["preload"]:
         sys.modules.pop(name, None)  # an import served from sys.modules raises no audit event
 
