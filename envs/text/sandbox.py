@@ -662,7 +662,7 @@ class PythonSandbox:
             exit_code = process.returncode
             reason = None
             if timed_out:
-                reason = f"wall-clock limit of {wall_seconds:g} s"
+                reason = f"wall-clock limit of {wall_seconds:.3g} s"
             elif exit_code in (-signal.SIGXCPU, -signal.SIGKILL):
                 reason = f"CPU time limit of {limits.cpu_seconds} s"
             elif exit_code == -signal.SIGXFSZ:
