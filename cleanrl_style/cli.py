@@ -5,7 +5,8 @@ unsupported space or backend) mean "the user asked for something that cannot wor
 message names the problem and the fix. ``Run`` installs :func:`install_error_handler`, so in an
 agent's process such an error, wherever it is raised, prints that one line instead of a
 traceback, removes a run directory this process created and has not yet checkpointed, and exits
-with status 2 (argparse's status for a usage error).
+with status 2 (argparse's status for a usage error). Importing ``cleanrl_style.run`` installs it
+too, since an agent may look its env up before it makes its ``Run``.
 
 :func:`check_args` holds the checks of the flags that several agents share, by field name, so that
 each rule is written once; an agent checks the flags only it has in a ``validate()`` method of
@@ -16,6 +17,7 @@ the saved arguments).
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import sys
 import weakref
@@ -71,7 +73,7 @@ def check_args(args: Any) -> None:
         if name in fields:
             value = getattr(args, name)
             require(value > 0, f"{flag(name)} {value}: must be greater than 0")
-    if "gamma" in fields:
+    if "gamma" in fields and args.gamma is not None:  # None: an agent's own default, derived later
         require(0 <= args.gamma <= 1, f"--gamma {args.gamma}: a discount factor lies in [0, 1]")
     if "device" in fields:
         _check_device(args.device)
@@ -115,8 +117,8 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     return (UsageError, EnvRequestError)
 
 
-# Runs of this process whose directory it created; removed if a user error ends the process
-# before their first checkpoint.
+# Runs of this process, whose folders (``run.created_dirs``, deepest first) it created; removed if
+# a user error ends the process before the run's first checkpoint. Folders it did not create stay.
 _fresh_runs: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -126,12 +128,17 @@ def forget_on_user_error(run: Any) -> None:
 
 def _remove_fresh_run_directories() -> None:
     for run in list(_fresh_runs):
-        if getattr(run, "checkpointed", True):
+        if getattr(run, "checkpointed", True) or not run.created_dirs:
             continue
         try:
             run.close()
         finally:
-            shutil.rmtree(Path(run.dir), ignore_errors=True)
+            shutil.rmtree(Path(run.created_dirs[0]), ignore_errors=True)
+            for parent in run.created_dirs[1:]:
+                try:
+                    os.rmdir(parent)  # only while empty: another run may have appeared there meanwhile
+                except OSError:
+                    break
 
 
 def install_error_handler() -> None:

@@ -44,6 +44,7 @@ from cleanrl_style.progress import Progress
 from cleanrl_style.video import VideoRecorder
 
 LOCK_NAME = ".lock"
+install_error_handler()  # agents may meet a user error before their Run (an env looked up early)
 
 RUNS_DIR = Path(os.environ.get("CLEANRL_STYLE_RUNS", "runs"))
 
@@ -212,12 +213,10 @@ class Run:
                 raise UsageError(
                     f"{self.dir} already holds a run; pass --resume {self.dir} to continue it, or another --run-dir."
                 )
-            self.dir.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                self.dir.mkdir()
-                forget_on_user_error(self)  # created here: removed if a user error ends the process early
-            except FileExistsError:
-                pass
+            # The folders created here (runs/ too, the first time) go again if a user error ends the process early.
+            self.created_dirs = [d for d in (self.dir, *self.dir.parents) if not d.exists()]
+            self.dir.mkdir(parents=True, exist_ok=True)
+            forget_on_user_error(self)
             self._lock_fd = _lock_run_directory(self.dir)
             remove_stale_temporaries(self.dir)
         self.args = args

@@ -7,16 +7,18 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO_ROOT
 
 import envs
 from cleanrl_style import Run, load_checkpoint, save_checkpoint
 from cleanrl_style.checkpoint import CheckpointError
 from cleanrl_style.cli import UsageError
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT / "agents"))  # for `from ppo_nap import Args` (also done by tests/conftest.py)
 FAST_PPO = ["--env", "Pendulum", "--num-envs", "1", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "1"]
 FAST_PPO += ["--eval-episodes", "0", "--compile", "off", "--no-progress-bar", "--torch-threads", "1"]
 
@@ -44,8 +46,9 @@ CLI_ERRORS = [
     ("sac_nap", ["--env", "CartPole-v1"], ["action space Discrete(2) is not a Box"]),
     ("ppo_nap", ["--num-envs", "1", "--num-steps", "8", "--num-minibatches", "64"], ["--num-minibatches 64 exceeds"]),
     ("ppo_nap", ["--total-timesteps", "100"], ["--total-timesteps 100 is below one batch (2048 steps"]),
-    ("symphony", ["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),
-    ("sac_simba", ["--total-timesteps", "1000"], ["not more than --learning-starts 5000"]),
+    ("sac_nap", ["--batch-size", "512", "--buffer-size", "100"], ["--batch-size 512 is larger than --buffer-size 100"]),
+    ("sac_simba", ["--env", "Nope"], ["Unknown env 'Nope'"]),  # raised before the agent makes its Run
+    ("symphony", ["--total-timesteps", "1000"], ["not more than --warmup-steps 10240"]),
     ("sac_nap", ["--env", "Hopper", "--backend", "bullet"], ["Unknown backend 'bullet'"]),
 ]
 
@@ -54,7 +57,7 @@ CLI_ERRORS = [
 def test_a_user_error_is_one_line_exit_status_2_and_leaves_no_run_directory(tmp_path, agent_name, flags, phrases):
     proc = agent(agent_name, *flags, "--no-progress-bar", cwd=tmp_path)
     assert_usage_error(proc, *phrases)
-    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    assert not (tmp_path / "runs").exists()  # neither the run's folder nor runs/, made for it
 
 
 def test_an_env_error_raised_after_the_run_folder_exists_removes_the_folder_it_created(tmp_path):

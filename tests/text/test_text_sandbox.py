@@ -6,6 +6,7 @@ attack suite at the end turns it off and runs as an unprivileged user and as roo
 kernel layers alone are shown to hold.
 """
 
+import dataclasses
 import json
 import os
 import secrets
@@ -125,11 +126,17 @@ def test_network_connections_are_refused_even_to_localhost(env):
         listener.close()
 
 
-def test_an_infinite_loop_is_killed_by_the_cpu_limit(env):
-    start = time.monotonic()
-    output = run_attack_then_solve(env, "while True:\n    pass")
-    assert "killed" in output and "CPU" in output
-    assert time.monotonic() - start < LIMITS.wall_seconds + 3
+@pytest.fixture(scope="module")
+def patient_env():
+    """LIMITS with a wall-clock limit far above the CPU limit: the CPU and memory limits then fire
+    first even on a machine so loaded that one CPU second takes several seconds of wall time."""
+    limits = dataclasses.replace(LIMITS, wall_seconds=120.0)
+    return PythonReasoningEnv(ProblemSet(14, seed=0), limits=limits, message_seconds=120.0)
+
+
+def test_an_infinite_loop_is_killed_by_the_cpu_limit(patient_env):
+    output = run_attack_then_solve(patient_env, "while True:\n    pass")
+    assert "[killed: CPU time limit of 1 s]" in output
 
 
 def test_sleeping_forever_is_killed_by_the_wall_clock_limit():
@@ -137,10 +144,10 @@ def test_sleeping_forever_is_killed_by_the_wall_clock_limit():
     assert result.timed_out and result.seconds < LIMITS.wall_seconds + 2
 
 
-def test_allocating_far_more_memory_than_allowed_fails_inside_the_sandbox(env):
-    output = run_attack_then_solve(env, "chunks = []\nwhile True:\n    chunks.append(bytearray(50_000_000))")
+def test_allocating_far_more_memory_than_allowed_fails_inside_the_sandbox(patient_env):
+    output = run_attack_then_solve(patient_env, "chunks = []\nwhile True:\n    chunks.append(bytearray(50_000_000))")
     assert "MemoryError" in output
-    output = run_attack_then_solve(env, "x = bytearray(10 ** 11)")
+    output = run_attack_then_solve(patient_env, "x = bytearray(10 ** 11)")
     assert "MemoryError" in output
 
 
