@@ -53,8 +53,9 @@ _AT_LEAST_ONE = (
     "max_new_tokens",
     "num_critics",
     "critic_nets",
+    "video_every",
 )
-_AT_LEAST_ZERO = ("seed", "eval_episodes", "torch_threads", "learning_starts", "warmup_steps", "eval_every")
+_AT_LEAST_ZERO = ("seed", "eval_episodes", "torch_threads", "learning_starts", "warmup_steps", "eval_every", "progress_every")
 _POSITIVE_FLOATS = ("learning_rate", "policy_lr", "q_lr", "alpha_lr", "updates_per_step")
 
 

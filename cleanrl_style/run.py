@@ -104,8 +104,8 @@ class RunArgs:
     # Flags a resumed run may change (recorded in its args.json); any other flag that differs
     # from the saved run's is refused. A larger --total-timesteps extends a run.
     resume_may_change: ClassVar[frozenset[str]] = frozenset(
-        {"total_timesteps", "checkpoint_every", "eval_episodes", "progress_bar", "torch_threads", "device", "backend",
-         "compile", "track", "wandb_project", "resume"}
+        {"total_timesteps", "checkpoint_every", "eval_episodes", "progress_bar", "progress_every", "torch_threads", "device",
+         "backend", "compile", "track", "wandb_project", "capture_video", "video_every", "video_size", "resume"}
     )  # fmt: skip
 
 
