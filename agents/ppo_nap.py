@@ -43,6 +43,7 @@ from cleanrl_style import (
     compile_or_eager,
     mlp,
 )
+from cleanrl_style.cli import require
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 # --compile auto compiles runs at least this long, which repay the compile (10-25 s): it saves
@@ -108,6 +109,15 @@ class Args(RunArgs):
     minibatch_size: int = 0
     num_iterations: int = 0
 
+    def validate(self) -> None:
+        """Derive the batch sizes (called by Run, after --resume) and refuse ones that cannot work."""
+        self.batch_size = self.num_envs * self.num_steps
+        self.minibatch_size = self.batch_size // self.num_minibatches
+        self.num_iterations = self.total_timesteps // self.batch_size
+        batch = f"one batch ({self.batch_size} steps = --num-envs x --num-steps)"
+        require(self.minibatch_size >= 1, f"--num-minibatches {self.num_minibatches} exceeds {batch}: lower it or raise those")
+        require(self.num_iterations > 0, f"--total-timesteps {self.total_timesteps} is below {batch}: raise it or lower those")
+
 
 class Agent(nn.Module):
     """Gaussian policy and value function; the observation statistics are part of the model."""
@@ -154,16 +164,7 @@ def make_agent(args: Args, vec_env: envs.TorchVectorEnv) -> Agent:
 
 
 if __name__ == "__main__":
-    args = tyro.cli(Args)
-    args.batch_size = args.num_envs * args.num_steps
-    args.minibatch_size = args.batch_size // args.num_minibatches
-    args.num_iterations = args.total_timesteps // args.batch_size
-    if args.minibatch_size < 1 or args.num_iterations < 1:
-        raise SystemExit(
-            f"batch of {args.batch_size} steps (num_envs x num_steps) must be >= num_minibatches "
-            f"({args.num_minibatches}) and <= total_timesteps ({args.total_timesteps})"
-        )
-    run = Run(args, agent_file=__file__)
+    run = Run(tyro.cli(Args), agent_file=__file__)
     args, device = run.args, run.device
 
     vec_env = envs.make(args.env, args.num_envs, backend=args.backend, device=device, seed=args.seed + run.start_step)

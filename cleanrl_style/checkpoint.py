@@ -1,9 +1,21 @@
-"""Checkpoints that survive a killed run: atomic writes and full RNG state."""
+"""Checkpoints that survive a killed run and are checked when loaded.
+
+A checkpoint is ``torch.save``'s file followed by one trailer line holding the SHA-256 of those
+bytes and their length; ``torch.load`` reads the file as it is (it ignores bytes after the
+archive), and :func:`load_checkpoint` refuses a file whose bytes no longer match. Writes are
+atomic (temporary file, fsync, rename), and the checkpoint they replace is kept as
+``checkpoint.prev.pt``, so that a checkpoint damaged later (disk, copy, editing) leaves an intact
+one to resume from.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import glob
+import hashlib
 import os
 import random
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -11,11 +23,36 @@ from typing import Any
 import numpy as np
 import torch
 
+from cleanrl_style.cli import UsageError
+
 CHECKPOINT_NAME = "checkpoint.pt"
+PREVIOUS_NAME = "checkpoint.prev.pt"
+_TRAILER = re.compile(rb"\n#cleanrl-style-checkpoint sha256=([0-9a-f]{64}) size=([0-9]+)\n\Z")
+_TRAILER_MAX = 128
+_CHUNK = 1 << 22
+
+
+class CheckpointError(UsageError):
+    """A checkpoint that is empty, truncated or whose content no longer matches its hash."""
+
+
+class _HashingWriter:
+    """A write-only file that hashes and counts what passes through it."""
+
+    def __init__(self, file):
+        self.file, self.sha256, self.size = file, hashlib.sha256(), 0
+
+    def write(self, data) -> int:
+        self.sha256.update(data)
+        self.size += len(data)
+        return self.file.write(data)
+
+    def flush(self) -> None:
+        self.file.flush()
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
-    """Write ``state`` with ``torch.save`` atomically: to a temporary file, fsync, then rename.
+    """Write ``state`` with ``torch.save`` and a content hash, atomically; keep the one it replaces.
 
     A run killed mid-write leaves the previous checkpoint intact, never a truncated one.
     """
@@ -24,9 +61,13 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
+            writer = _HashingWriter(f)
+            torch.save(state, writer)
+            f.write(b"\n#cleanrl-style-checkpoint sha256=%s size=%d\n" % (writer.sha256.hexdigest().encode(), writer.size))
             f.flush()
             os.fsync(f.fileno())
+        if path.exists():
+            _keep_previous(path)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -34,7 +75,59 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
         raise
 
 
-def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+def _keep_previous(path: Path) -> None:
+    """Make ``checkpoint.prev.pt`` the current checkpoint, leaving ``path`` in place until replaced."""
+    previous = path.with_name(PREVIOUS_NAME if path.name == CHECKPOINT_NAME else f"{path.stem}.prev{path.suffix}")
+    link = previous.with_name(f".{previous.name}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(link)
+    try:
+        os.link(path, link)  # a second name for the same bytes, then an atomic rename over the old one
+        os.replace(link, previous)
+    except OSError:  # a filesystem without hard links
+        import shutil
+
+        shutil.copyfile(path, link)
+        os.replace(link, previous)
+
+
+def verify_checkpoint(path: str | os.PathLike) -> None:
+    """Raise :class:`CheckpointError` naming ``path`` unless its bytes match the hash it carries."""
+    path = Path(path)
+    size = path.stat().st_size
+    if size == 0:
+        raise CheckpointError(f"{path} is empty (0 bytes): it was never written completely")
+    with open(path, "rb") as f:
+        f.seek(max(0, size - _TRAILER_MAX))
+        match = _TRAILER.search(f.read())
+        if match is None:
+            raise CheckpointError(
+                f"{path} has no content hash at its end: it is truncated, or was not written by save_checkpoint "
+                "(load_checkpoint(..., verify=False) reads such a file unchecked)"
+            )
+        expected, length = match.group(1).decode(), int(match.group(2))
+        if length != size - len(match.group(0)):
+            raise CheckpointError(f"{path} is truncated or extended: {size} bytes, its trailer says {length} plus itself")
+        f.seek(0)
+        sha256, left = hashlib.sha256(), length
+        while left:
+            chunk = f.read(min(_CHUNK, left))
+            if not chunk:
+                break
+            sha256.update(chunk)
+            left -= len(chunk)
+    if sha256.hexdigest() != expected:
+        raise CheckpointError(f"{path} is corrupt: its content no longer matches the SHA-256 stored with it")
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu", verify: bool = True) -> dict[str, Any]:
+    """Load a checkpoint (a run folder or the file) after checking its content hash.
+
+    Raises:
+        FileNotFoundError: nothing there.
+        CheckpointError: empty, truncated or corrupt; the message names the file, and the previous
+            checkpoint when that one is intact.
+    """
     path = Path(path)
     if path.is_dir():
         path = path / CHECKPOINT_NAME
@@ -43,8 +136,34 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
             f"No checkpoint at {path}. A run writes {CHECKPOINT_NAME} into its folder under runs/ "
             "at every --checkpoint-every interval; pass that run folder."
         )
+    if verify:
+        try:
+            verify_checkpoint(path)
+        except CheckpointError as error:
+            previous = path.with_name(PREVIOUS_NAME)
+            if path.name == CHECKPOINT_NAME and previous.exists():
+                try:
+                    verify_checkpoint(previous)
+                except CheckpointError:
+                    raise CheckpointError(f"{error}; the previous checkpoint {previous} is damaged too") from None
+                raise CheckpointError(
+                    f"{error}. The previous checkpoint {previous} is intact: move it over {path} "
+                    f"(mv {previous} {path}) and resume from there."
+                ) from None
+            raise
     # weights_only=False: the checkpoint holds RNG states and argument dicts, written by this suite.
     return torch.load(path, map_location=map_location, weights_only=False)
+
+
+def remove_stale_temporaries(run_dir: str | os.PathLike) -> list[str]:
+    """Remove the temporary files of saves that were killed mid-write; call only while holding the
+    run directory's lock (``Run`` does), so that no live save's file is taken."""
+    removed = []
+    for name in glob.glob(os.path.join(glob.escape(str(run_dir)), ".*.tmp")):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
+            removed.append(name)
+    return removed
 
 
 def rng_states() -> dict[str, Any]:

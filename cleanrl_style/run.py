@@ -16,13 +16,15 @@ An agent's ``Args`` dataclass extends :class:`RunArgs`; the agent then does::
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
@@ -30,14 +32,19 @@ from cleanrl_style import provenance
 from cleanrl_style.checkpoint import (
     CHECKPOINT_NAME,
     load_checkpoint,
+    remove_stale_temporaries,
     rng_states,
     save_checkpoint,
     seed_everything,
     set_rng_states,
 )
+from cleanrl_style.cli import UsageError, check_args, flag, forget_on_user_error, install_error_handler
 from cleanrl_style.logger import RunLogger, read_progress
 from cleanrl_style.progress import Progress
 from cleanrl_style.video import VideoRecorder
+
+LOCK_NAME = ".lock"
+install_error_handler()  # agents may meet a user error before their Run (an env looked up early)
 
 RUNS_DIR = Path(os.environ.get("CLEANRL_STYLE_RUNS", "runs"))
 
@@ -94,6 +101,13 @@ class RunArgs:
     updates; falls back to eager with a warning if the toolchain cannot compile). auto: the agent's
     own rule, stated in its docstring"""
 
+    # Flags a resumed run may change (recorded in its args.json); any other flag that differs
+    # from the saved run's is refused. A larger --total-timesteps extends a run.
+    resume_may_change: ClassVar[frozenset[str]] = frozenset(
+        {"total_timesteps", "checkpoint_every", "eval_episodes", "progress_bar", "progress_every", "torch_threads", "device",
+         "backend", "compile", "track", "wandb_project", "capture_video", "video_every", "video_size", "resume"}
+    )  # fmt: skip
+
 
 def args_from_dict(args_class: type, saved: dict[str, Any]) -> Any:
     """Rebuild an agent's ``Args`` from its JSON/checkpoint form (JSON turns tuples into lists)."""
@@ -101,39 +115,110 @@ def args_from_dict(args_class: type, saved: dict[str, Any]) -> Any:
 
 
 def _args_from_saved(args: Any, run_dir: Path) -> Any:
-    saved = json.loads((run_dir / "args.json").read_text())
-    fields = {f.name for f in dataclasses.fields(args)}
-    unknown = set(saved) - fields
+    """The saved run's arguments with the flags given now applied where they may change.
+
+    Given flags are read from the command line (``--resume`` on it) by parsing it again over the
+    saved arguments; for a ``Run`` built in code, the fields that differ from their defaults.
+    Flags that contradict the saved run are refused, all of them named.
+    """
+    try:
+        saved = json.loads((run_dir / "args.json").read_text())
+    except (OSError, ValueError) as error:
+        raise UsageError(f"--resume {run_dir}: cannot read its args.json ({error})") from None
+    fields = {f.name: f for f in dataclasses.fields(args)}
+    unknown = set(saved) - set(fields)
     if unknown:
-        raise ValueError(f"{run_dir}/args.json has arguments this agent does not know: {sorted(unknown)}")
-    saved = {k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()}
-    return dataclasses.replace(args, **{**saved, "resume": args.resume, "progress_bar": args.progress_bar})
+        raise UsageError(
+            f"--resume {run_dir}: its args.json has arguments this agent does not know: {sorted(unknown)}; "
+            "resume it with the agent file that started it"
+        )
+    saved_args = dataclasses.replace(args, **{k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()})
+    if any(a == "--resume" or a.startswith("--resume=") for a in sys.argv[1:]):
+        import tyro
+
+        given_args = tyro.cli(type(args), args=sys.argv[1:], default=saved_args)
+    else:  # built in code: what differs from the defaults was asked for
+        defaults = type(args)()
+        given_args = dataclasses.replace(
+            saved_args, **{n: getattr(args, n) for n in fields if getattr(args, n) != getattr(defaults, n)}
+        )
+    changed = {n for n in fields if getattr(given_args, n) != getattr(saved_args, n)}
+    conflicts = sorted(changed - args.resume_may_change)
+    if conflicts:
+        listed = ", ".join(f"{flag(n)} {getattr(given_args, n)!r} (saved: {getattr(saved_args, n)!r})" for n in conflicts)
+        raise UsageError(
+            f"--resume {run_dir}: these flags contradict the saved run: {listed}. A resumed run keeps its "
+            f"arguments; drop those flags, or start a new run. Flags a resume may change: "
+            f"{', '.join(sorted(flag(n) for n in args.resume_may_change - {'resume'}))}"
+        )
+    return dataclasses.replace(given_args, resume=args.resume)
+
+
+def _lock_run_directory(run_dir: Path) -> int:
+    """Hold an exclusive ``flock`` on the run directory; the kernel releases it when the process dies."""
+    fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise UsageError(
+            f"{run_dir} is in use: another process (pid {holder}) is writing this run. Wait for it to end, "
+            "or give this run another --run-dir."
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 class Run:
     """One training run: folder, seeding, logger, progress bar, checkpoint save/restore."""
 
     def __init__(self, args: Any, agent_file: str):
+        install_error_handler()  # user errors from here on: one line, exit status 2
         self.agent_file = os.path.abspath(agent_file)
         self.checkpoint: dict[str, Any] | None = None
+        self.checkpointed = False
         if args.resume:
             self.dir = Path(args.resume)
             if not (self.dir / "args.json").exists():
-                raise FileNotFoundError(
+                raise UsageError(
                     f"--resume {args.resume}: no args.json there. Pass the folder of an earlier run, e.g. runs/<run>."
                 )
+            saved_json = (self.dir / "args.json").read_text()
             args = _args_from_saved(args, self.dir)
+            check_args(args)
+            self._lock_fd = _lock_run_directory(self.dir)
+            remove_stale_temporaries(self.dir)
             if (self.dir / CHECKPOINT_NAME).exists():
                 self.checkpoint = load_checkpoint(self.dir / CHECKPOINT_NAME, map_location=args.device)
+                step = int(self.checkpoint["global_step"])
+                if args.total_timesteps < step:
+                    raise UsageError(
+                        f"--total-timesteps {args.total_timesteps}: the run is already at step {step}; "
+                        "pass a larger value to extend it, or none to finish it as saved"
+                    )
+            updated_json = json.dumps(dataclasses.asdict(args), indent=2, default=str)
+            if json.loads(updated_json) != json.loads(saved_json):  # flags changed on resume are part of the run now
+                tmp = self.dir / "args.json.tmp"
+                tmp.write_text(updated_json)
+                os.replace(tmp, self.dir / "args.json")
         else:
             if not args.exp_name:
                 args = dataclasses.replace(args, exp_name=Path(agent_file).stem)
+            check_args(args)
             name = f"{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"
             self.dir = Path(args.run_dir) if args.run_dir else RUNS_DIR / name
             if (self.dir / CHECKPOINT_NAME).exists():
-                raise FileExistsError(
+                raise UsageError(
                     f"{self.dir} already holds a run; pass --resume {self.dir} to continue it, or another --run-dir."
                 )
+            # The folders created here (runs/ too, the first time) go again if a user error ends the process early.
+            self.created_dirs = [d for d in (self.dir, *self.dir.parents) if not d.exists()]
+            self.dir.mkdir(parents=True, exist_ok=True)
+            forget_on_user_error(self)
+            self._lock_fd = _lock_run_directory(self.dir)
+            remove_stale_temporaries(self.dir)
         self.args = args
         self.name = self.dir.name
         if args.torch_threads > 0:
@@ -240,6 +325,7 @@ class Run:
                 "agent_file": self.agent_file,
             },
         )
+        self.checkpointed = True
         self._last_checkpoint_step = global_step
 
     def checkpoint_due(self, global_step: int) -> bool:
@@ -270,7 +356,13 @@ class Run:
         print(f"evaluation over {episodes} episodes: {returns.mean():.1f} +- {returns.std():.1f}")
 
     def close(self) -> None:
-        self._progress.close()
-        if self.video is not None:
+        # Also called on a Run that a user error cut short while it was being made (cleanrl_style.cli).
+        if getattr(self, "_progress", None) is not None:
+            self._progress.close()
+        if getattr(self, "video", None) is not None:
             self.video.close()
-        self.logger.close()
+        if hasattr(self, "logger"):
+            self.logger.close()
+        if getattr(self, "_lock_fd", None) is not None:
+            os.close(self._lock_fd)  # the run directory is free for another writer
+            self._lock_fd = None

@@ -6,7 +6,7 @@ obs, info = vec.reset()
 obs, reward, terminated, truncated, info = vec.step(actions)
 """
 
-from envs.core import EnvSpaceError, TorchVectorEnv
+from envs.core import EnvRequestError, EnvSpaceError, NonFiniteActionError, TorchVectorEnv
 from envs.registry import (
     AUTO_ORDER,
     BACKENDS,
@@ -24,7 +24,9 @@ __all__ = [
     "BACKENDS",
     "SHORT_NAMES",
     "Backend",
+    "EnvRequestError",
     "EnvSpaceError",
+    "NonFiniteActionError",
     "TorchVectorEnv",
     "UnknownEnvError",
     "make",

@@ -12,6 +12,12 @@ Contract (identical on every backend, checked by ``tests/test_env_contract.py`` 
     the action space bounds, as every agent here expects. ``reward``: float32 ``(num_envs,)``;
     ``terminated`` / ``truncated``: bool ``(num_envs,)``.
 
+    Non-finite actions (NaN, +-inf) raise :class:`NonFiniteActionError` naming the
+    sub-environments that got them, before anything is stepped: clamping would turn NaN into
+    NaN rewards and returns, and a diverged policy is better stopped than trained on them. With
+    ``nonfinite_actions="clip"`` (``envs.make(..., nonfinite_actions="clip")``) NaN becomes 0 and
+    +-inf the bound instead.
+
     Same-step autoreset: a sub-environment whose episode ended in this step is reset inside
     ``step``, so ``obs`` already holds the first observation of its next episode. ``info`` always
     holds these tensors on ``device``:
@@ -37,8 +43,24 @@ import numpy as np
 import torch
 
 
-class EnvSpaceError(ValueError):
+class EnvRequestError(ValueError):
+    """A request ``envs.make`` cannot serve (unknown env, unsupported space, backend or size); the
+    message names the fix. Command-line agents report it as a usage error (``cleanrl_style.cli``)."""
+
+
+class EnvSpaceError(EnvRequestError):
     """An environment whose spaces the suite's agents cannot handle."""
+
+
+class NonFiniteActionError(ValueError):
+    """``step`` got NaN or infinite actions; ``sub_envs`` lists the sub-environments that did."""
+
+    def __init__(self, message: str, sub_envs: list[int]):
+        super().__init__(message)
+        self.sub_envs = sub_envs
+
+
+NONFINITE_ACTION_RULES = ("raise", "clip")
 
 
 def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Space) -> None:
@@ -65,6 +87,8 @@ class TorchVectorEnv(ABC):
     """Base class of the vector-env contract (see the module docstring)."""
 
     backend: str = "abstract"
+    # What step() does with NaN or infinite actions: "raise" (the contract's default) or "clip".
+    nonfinite_actions: str = "raise"
 
     def __init__(
         self,
@@ -129,6 +153,17 @@ class TorchVectorEnv(ABC):
                 f"{self.env_id}: step() got actions of shape {tuple(actions.shape)}, expected {expected} "
                 "(num_envs, *action_shape)."
             )
+        finite = torch.isfinite(actions).flatten(1).all(dim=1)
+        if not bool(finite.all()):
+            if self.nonfinite_actions == "raise":
+                bad = torch.nonzero(~finite).flatten().tolist()
+                raise NonFiniteActionError(
+                    f"{self.env_id}: the actions of sub-environment(s) {bad} are not finite (NaN or inf), usually "
+                    "a diverged policy (check the losses and the learning rate); envs.make(..., nonfinite_actions='clip') "
+                    "maps NaN to 0 and inf to the bounds instead",
+                    bad,
+                )
+            actions = torch.nan_to_num(actions, nan=0.0)
         actions = torch.clamp(actions, self.action_low, self.action_high)
         obs, reward, terminated, truncated, final_obs = self._step(actions)
         done = terminated | truncated

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import torch
 
-from envs.core import TorchVectorEnv
+from envs.core import NONFINITE_ACTION_RULES, EnvRequestError, TorchVectorEnv
 
 # Short names -> the current Gymnasium ids.
 SHORT_NAMES: dict[str, str] = {
@@ -36,7 +36,7 @@ SHORT_NAMES: dict[str, str] = {
 }
 
 
-class UnknownEnvError(ValueError):
+class UnknownEnvError(EnvRequestError):
     """An env id that is neither a short name nor a registered Gymnasium id."""
 
 
@@ -166,6 +166,7 @@ def make(
     backend: str = "auto",
     device: torch.device | str = "cpu",
     seed: int | None = None,
+    nonfinite_actions: str = "raise",
     **kwargs,
 ) -> TorchVectorEnv:
     """Make a torch-native vector env (contract in :mod:`envs.core`).
@@ -177,25 +178,31 @@ def make(
             ``envs.BACKENDS``.
         device: where the returned tensors live.
         seed: seeds sub-environment i with ``seed + i`` at the first reset.
+        nonfinite_actions: ``raise`` (default): ``step`` refuses NaN or infinite actions, naming
+            the sub-environments; ``clip``: NaN becomes 0 and inf the bound (see :mod:`envs.core`).
         kwargs: passed to the backend (Gymnasium: ``vectorization`` and the env's own kwargs).
     """
     if not isinstance(num_envs, int) or num_envs < 1:
-        raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        raise EnvRequestError(f"num_envs must be a positive integer, got {num_envs!r}")
+    if nonfinite_actions not in NONFINITE_ACTION_RULES:
+        raise EnvRequestError(f"nonfinite_actions must be one of {NONFINITE_ACTION_RULES}, got {nonfinite_actions!r}")
     full_id = resolve_env_id(env_id)
     device = torch.device(device)
     if backend == "auto":
         backend = choose_backend(full_id, device)
     if backend not in BACKENDS:
-        raise ValueError(f"Unknown backend {backend!r}; choose one of: auto, {', '.join(BACKENDS)}.")
+        raise EnvRequestError(f"Unknown backend {backend!r}; choose one of: auto, {', '.join(BACKENDS)}.")
     chosen = BACKENDS[backend]
     if not chosen.installed():
-        raise ValueError(
+        raise EnvRequestError(
             f"Backend {backend!r} needs the Python package {chosen.module!r}, which is not installed "
             f"(pip install -e '.[all]'), or use backend='gymnasium'."
         )
     if not chosen.supports(full_id, device):
-        raise ValueError(
+        raise EnvRequestError(
             f"Backend {backend!r} does not support {full_id!r} on {device}. "
             f"Use backend='gymnasium' (any registered env) or backend='auto'."
         )
-    return chosen.factory(full_id, num_envs, device, seed, **kwargs)
+    vec_env = chosen.factory(full_id, num_envs, device, seed, **kwargs)
+    vec_env.nonfinite_actions = nonfinite_actions
+    return vec_env

@@ -128,9 +128,9 @@ def test_resume_of_a_folder_without_a_run_explains_itself(run_agent, tmp_path):
 
 def test_unknown_env_and_bad_batch_are_reported(run_agent):
     proc = run_agent("ppo_nap", "--env", "Hoper", check=False)
-    assert proc.returncode != 0 and "Did you mean 'Hopper'?" in proc.stderr
+    assert proc.returncode == 2 and "Did you mean 'Hopper'?" in proc.stderr
     proc = run_agent("ppo_nap", *FAST, "--num-minibatches", "1000", check=False)
-    assert proc.returncode != 0 and "must be >= num_minibatches" in proc.stderr
+    assert proc.returncode == 2 and "--num-minibatches 1000 exceeds one batch (128 steps" in proc.stderr
 
 
 def test_evaluate_cli_reports_mean_and_std(run_agent, tmp_path):

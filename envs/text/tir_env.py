@@ -14,6 +14,7 @@ import json
 import math
 import random
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -163,7 +164,11 @@ class PythonReasoningEnv(gym.Env):
         problems: A ``ProblemSet`` or list of ``Problem``; built from the arguments below if None.
         split, num_problems, seed: Used to build the problem set.
         max_tool_turns: Call-making messages allowed before truncation.
-        limits: Sandbox limits (CPU, wall, memory, output size).
+        limits: Sandbox limits (CPU, wall, memory, output size) of each call.
+        message_seconds: Wall-clock budget of one assistant message, shared by all its python
+            calls: each call gets what is left (at most ``limits.wall_seconds``), and calls made
+            once it is spent are answered with an error without running. This bounds one
+            ``step`` however many calls the message holds.
     """
 
     metadata = {"render_modes": []}
@@ -178,9 +183,13 @@ class PythonReasoningEnv(gym.Env):
         max_tool_turns: int = 8,
         limits: SandboxLimits | None = None,
         system_prompt: str = TIR_SYSTEM_PROMPT,
+        message_seconds: float = 20.0,
     ) -> None:
         if max_tool_turns < 1:
             raise ValueError(f"max_tool_turns must be >= 1, got {max_tool_turns}")
+        if not message_seconds > 0:
+            raise ValueError(f"message_seconds must be > 0, got {message_seconds}")
+        self.message_seconds = message_seconds
         self.problems = problems if problems is not None else ProblemSet(num_problems, seed, split)
         self.max_tool_turns = max_tool_turns
         self.sandbox = PythonSandbox(limits)
@@ -233,6 +242,7 @@ class PythonReasoningEnv(gym.Env):
         self.errors[kind] = self.errors.get(kind, 0) + 1
 
     def _run_calls(self, action: str) -> None:
+        deadline = time.monotonic() + self.message_seconds
         for item in parse_tool_calls(action):
             if isinstance(item, CallParseError):
                 self._count("parse")
@@ -253,7 +263,22 @@ class PythonReasoningEnv(gym.Env):
                 self._count("bad_arguments")
                 self.messages.append(tool_message("python", {"name": "python", "error": problem}, 20_000))
                 continue
-            result = self.sandbox.run(item.arguments["code"])
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._count("time_budget")
+                self.messages.append(
+                    tool_message(
+                        "python",
+                        {
+                            "name": "python",
+                            "error": f"not run: this message's {self.message_seconds:g} s for python calls are spent; "
+                            "do the work in fewer, shorter calls",
+                        },
+                        20_000,
+                    )
+                )
+                continue
+            result = self.sandbox.run(item.arguments["code"], wall_seconds=remaining)
             self.sandbox_runs += 1
             if result.killed_reason:
                 self.sandbox_kills += 1

@@ -1,18 +1,34 @@
 """The sandboxed ``python`` tool: each attack is contained and the env keeps working afterwards.
 
-Modules that the attacks need are preloaded, so that the sandbox's own layers (audit hook,
-kernel limits, namespaces) are what stops them, not a failed import.
+Modules that the attacks need are preloaded, so that the sandbox's own layers are what stops
+them, not a failed import. The first tests run with the audit hook (the friendly layer); the
+attack suite at the end turns it off and runs as an unprivileged user and as root, so that the
+kernel layers alone are shown to hold.
 """
 
+import dataclasses
 import json
 import os
+import secrets
+import shutil
+import signal
 import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
-from envs.text.sandbox import PythonSandbox, SandboxLimits
+from envs.text.sandbox import PythonSandbox, SandboxLimits, SandboxUnavailableError, remove_stale_directories
 from envs.text.tir_env import ProblemSet, PythonReasoningEnv, PythonReasoningExpert, extract_answer
+
+sys.path.insert(0, str(Path(__file__).parent))
+from sandbox_attack_worker import ATTACKS, expected_attempts  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
 
 LIMITS = SandboxLimits(
     cpu_seconds=1,
@@ -110,11 +126,17 @@ def test_network_connections_are_refused_even_to_localhost(env):
         listener.close()
 
 
-def test_an_infinite_loop_is_killed_by_the_cpu_limit(env):
-    start = time.monotonic()
-    output = run_attack_then_solve(env, "while True:\n    pass")
-    assert "killed" in output and "CPU" in output
-    assert time.monotonic() - start < LIMITS.wall_seconds + 3
+@pytest.fixture(scope="module")
+def patient_env():
+    """LIMITS with a wall-clock limit far above the CPU limit: the CPU and memory limits then fire
+    first even on a machine so loaded that one CPU second takes several seconds of wall time."""
+    limits = dataclasses.replace(LIMITS, wall_seconds=120.0)
+    return PythonReasoningEnv(ProblemSet(14, seed=0), limits=limits, message_seconds=120.0)
+
+
+def test_an_infinite_loop_is_killed_by_the_cpu_limit(patient_env):
+    output = run_attack_then_solve(patient_env, "while True:\n    pass")
+    assert "[killed: CPU time limit of 1 s]" in output
 
 
 def test_sleeping_forever_is_killed_by_the_wall_clock_limit():
@@ -122,10 +144,10 @@ def test_sleeping_forever_is_killed_by_the_wall_clock_limit():
     assert result.timed_out and result.seconds < LIMITS.wall_seconds + 2
 
 
-def test_allocating_far_more_memory_than_allowed_fails_inside_the_sandbox(env):
-    output = run_attack_then_solve(env, "chunks = []\nwhile True:\n    chunks.append(bytearray(50_000_000))")
+def test_allocating_far_more_memory_than_allowed_fails_inside_the_sandbox(patient_env):
+    output = run_attack_then_solve(patient_env, "chunks = []\nwhile True:\n    chunks.append(bytearray(50_000_000))")
     assert "MemoryError" in output
-    output = run_attack_then_solve(env, "x = bytearray(10 ** 11)")
+    output = run_attack_then_solve(patient_env, "x = bytearray(10 ** 11)")
     assert "MemoryError" in output
 
 
@@ -177,25 +199,227 @@ def test_tool_turn_limit_truncates():
     assert truncated and not terminated and reward == 0.0
 
 
-def test_kernel_layers_hold_without_the_audit_hook(tmp_path):
-    """Defence in depth: as root, with namespaces, writes, processes and network are stopped by
-    the kernel even if the interpreter-level hook were gone."""
-    sandbox = PythonSandbox(
-        SandboxLimits(cpu_seconds=1, wall_seconds=3.0, audit_hook=False, preload=("os", "socket", "subprocess"))
+@pytest.mark.parametrize(
+    "code, problem",
+    [
+        ("print('\ud800')", "lone surrogate"),
+        ("x = '\udfff\ud800'\nprint(x)", "lone surrogate"),
+        ("print(1)\x00print(2)", "NUL character"),
+        ("\x00", "NUL character"),
+    ],
+)
+def test_any_tool_input_gives_a_tool_error_never_an_exception(env, code, problem):
+    env.reset(options={"problem_id": 2})
+    observation, reward, terminated, truncated, info = env.step(python_call(code))
+    assert observation[-1]["role"] == "tool" and problem in observation[-1]["content"]
+    assert info["errors"] == {"tool_error": 1} and not (terminated or truncated)
+
+
+def test_odd_strings_in_calls_and_arguments_never_raise(env):
+    odd = ["\ud800", "\x00", "\udcff" * 1000, "\u202e", "\ufeff", "a" * 100_000]
+    env.reset(options={"problem_id": 3})
+    for text in odd:
+        for action in (
+            text,
+            f"<tool_call>{text}</tool_call>",
+            "<tool_call>" + json.dumps({"name": text, "arguments": {"code": text}}) + "</tool_call>",
+            "<tool_call>" + json.dumps({"name": "python", "arguments": {"code": text, text: 1}}) + "</tool_call>",
+            "<tool_call>" + json.dumps({"name": "python", "arguments": [text]}) + "</tool_call>",
+        ):
+            if env.done:
+                env.reset(options={"problem_id": 3})
+            env.step(action)  # must not raise
+
+
+def test_one_message_gets_one_time_budget_across_its_calls():
+    env = PythonReasoningEnv(ProblemSet(7), limits=LIMITS, message_seconds=1.5)
+    env.reset(options={"problem_id": 0})
+    sleep = python_call("import time\ntime.sleep(30)")
+    observation, _, _, _, info = env.step(sleep * 3 + python_call("print('late')"))
+    tool_messages = [m["content"] for m in observation if m["role"] == "tool"]
+    assert "[killed: wall-clock limit of 1." in tool_messages[0]  # what was left of the 1.5 s
+    assert all("s for python calls are spent" in m for m in tool_messages[1:]) and len(tool_messages) == 4
+    assert info["errors"]["time_budget"] == 3 and info["sandbox_runs"] == 1
+    with pytest.raises(ValueError, match="message_seconds"):
+        PythonReasoningEnv(ProblemSet(7), limits=LIMITS, message_seconds=0)
+
+
+def test_a_missing_layer_refuses_to_start_unless_explicitly_accepted(tmp_path):
+    # An interpreter started with -S has no site-packages: neither pyseccomp nor landlock imports.
+    wrapper = tmp_path / "python-without-site"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    wrapper.chmod(0o755)
+    with pytest.raises(SandboxUnavailableError) as refused:
+        PythonSandbox(SandboxLimits(preload=()), python=str(wrapper))
+    message = str(refused.value)
+    assert "failed landlock" in message and "allow_missing_layers" in message and "fix:" in message
+    weak = PythonSandbox(SandboxLimits(preload=(), allow_missing_layers=("landlock", "seccomp")), python=str(wrapper))
+    assert set(weak.missing_layers) == {"landlock", "seccomp"}
+    assert weak.run("print(6 * 7)").output.strip() == "42"
+    with pytest.raises(ValueError, match="unknown layer"):
+        SandboxLimits(allow_missing_layers=("audit",))
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_temporary_files_of_a_killed_trainer_are_removed_at_the_next_start(tmp_path):
+    script = (
+        "import sys, threading\n"
+        "from envs.text.sandbox import PythonSandbox, SandboxLimits\n"
+        "sandbox = PythonSandbox(SandboxLimits(preload=(), wall_seconds=60, cpu_seconds=60))\n"
+        "print(sandbox.directory, flush=True)\n"
+        "sandbox.run('import time\\nprint(1, flush=True)\\ntime.sleep(60)')\n"
     )
-    if not sandbox.uses_namespaces:
-        pytest.skip("needs root and unshare --net --mount")
-    marker = f"/tmp/envs_text_kernel_probe_{os.getpid()}"
-    code = "\n".join(
-        f"try:\n    {attempt}\n    print('ESCAPED')\nexcept BaseException as e:\n    print('held:', type(e).__name__)"
-        for attempt in (
-            f"open({marker!r}, 'w').write('x')",
-            f"open({str(tmp_path / 'x')!r}, 'w').write('x')",
-            "import os; os.fork()",
-            "import socket; socket.create_connection(('1.1.1.1', 53), timeout=1)",
-            "import os; os.kill(1, 9)",
-        )
-    )
-    result = sandbox.run(code + "\nopen('inside.txt', 'w').write('ok'); print(open('inside.txt').read())")
-    assert "ESCAPED" not in result.output and result.output.count("held:") == 5, result.output
-    assert result.output.rstrip().endswith("ok") and not os.path.exists(marker)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    trainer = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True, env=env)
+    directory = trainer.stdout.readline().strip()  # printed once the probe is done: what starts next is the run
+    deadline = time.monotonic() + 60
+    sandbox_processes: list[int] = []
+    while len(sandbox_processes) < 2 and time.monotonic() < deadline:  # the runner and the code in its PID namespace
+        runners = _children(trainer.pid)
+        sandbox_processes = runners + [pid for runner in runners for pid in _children(runner)]
+        time.sleep(0.05)
+    assert len(sandbox_processes) == 2 and os.path.isdir(directory)
+    trainer.send_signal(signal.SIGKILL)
+    trainer.wait()
+    trainer.stdout.close()
+    while any(Path(f"/proc/{pid}").exists() for pid in sandbox_processes) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in sandbox_processes), "the sandbox outlived its trainer"
+    assert os.path.isdir(directory)  # left behind by the kill...
+    assert directory in remove_stale_directories()  # ...and removed by the next start
+    assert not os.path.exists(directory)
+    live = PythonSandbox(LIMITS)
+    assert live.directory not in remove_stale_directories() and os.path.isdir(live.directory)
+    live.close()
+    assert not os.path.exists(live.directory)
+
+
+# ---- the kernel layers alone: hostile snippets with the audit hook off, as a user and as root ----
+
+UNPRIVILEGED_UID = 64_321  # an unused uid: the tests' stand-in for an ordinary user
+
+
+def _worker_command(mode: str, context: dict) -> list[str]:
+    worker = [sys.executable, str(Path(__file__).parent / "sandbox_attack_worker.py"), json.dumps(context)]
+    if mode == "root" or os.geteuid() != 0:
+        return worker
+    if shutil.which("setpriv") is None:
+        pytest.skip("dropping to an unprivileged uid needs setpriv (util-linux)")
+    drop = ["setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}", "--clear-groups"]
+    probe = subprocess.run([*drop, sys.executable, "-c", "import envs.text"], env=_worker_env(context), capture_output=True)
+    if probe.returncode != 0:
+        # The interpreter or the checkout sits where this uid cannot read (a Python under /root):
+        # keep only the capability to read it. The sandbox's user namespace drops it too.
+        drop += ["--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", "--bounding-set=-all,+dac_read_search"]
+    return [*drop, *worker]
+
+
+def _worker_env(context: dict) -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(REPO), "TRAINER_SECRET_TOKEN": context["token"]}
+
+
+@pytest.fixture(scope="module", params=["unprivileged", "root"])
+def attack_run(request):
+    """Run every attack once per privilege mode; yield the worker's report and the host's view."""
+    mode = request.param
+    if mode == "root" and os.geteuid() != 0:
+        pytest.skip("the root half of the suite runs when the tests run as root (as CI does)")
+    code_uid = os.geteuid() if os.geteuid() != 0 else (UNPRIVILEGED_UID if mode == "unprivileged" else 65534)
+    victim = tempfile.mkdtemp(prefix="sandbox-victim-")  # a directory the code's uid owns: only Landlock guards it
+    os.chmod(victim, 0o755)
+    (Path(victim) / "secret.txt").write_text("TOPSECRET-42")
+    os.symlink(Path(victim) / "secret.txt", Path(victim) / "host-link")
+    os.mkfifo(Path(victim) / "host-fifo", 0o666)
+    with sqlite3.connect(Path(victim) / "host.sqlite") as db:
+        db.execute("create table secrets (value)")
+        db.execute("insert into secrets values ('TOPSECRET-42')")
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(8)
+    unix_path = str(Path(victim) / "host.sock")
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(unix_path)
+    unix.listen(8)
+    abstract_name = f"\0sandbox-test-{secrets.token_hex(4)}"
+    abstract = socket.socket(socket.AF_UNIX)
+    abstract.bind(abstract_name)
+    abstract.listen(8)
+    for path in [victim, *Path(victim).iterdir()]:
+        os.lchown(path, code_uid, code_uid)
+        if not Path(path).is_symlink():
+            os.chmod(path, 0o777 if Path(path).suffix == ".sock" else (0o755 if Path(path).is_dir() else 0o600))
+    tag = secrets.token_hex(4)
+    context = {
+        "victim": victim,
+        "tag": tag,
+        "token": f"token-{secrets.token_hex(8)}",
+        "pytest_pid": os.getpid(),
+        "port": tcp.getsockname()[1],
+        "unix_path": unix_path,
+        "abstract_name": abstract_name,
+        "marker": str(Path(victim) / "spawned"),
+    }
+    before = sorted(os.listdir(victim))
+    command = _worker_command(mode, context)
+    proc = subprocess.run(command, env=_worker_env(context), capture_output=True, text=True, timeout=600)
+    try:
+        died = f"the worker (the trainer) died: {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+        assert proc.returncode == 0, died
+        report = json.loads(proc.stdout.strip().splitlines()[-1])
+        if "unavailable" in report:
+            pytest.skip(f"this kernel lacks a sandbox layer: {report['unavailable']}")
+        connections = 0
+        for listener in (tcp, unix, abstract):
+            listener.settimeout(0.2)
+            try:
+                listener.accept()[0].close()
+                connections += 1
+            except TimeoutError:
+                pass
+        yield {
+            "mode": mode,
+            "report": report,
+            "code_uid": code_uid,
+            "before": before,
+            "after": sorted(os.listdir(victim)),
+            "secret": (Path(victim) / "secret.txt").read_text(),
+            "secret_mode": (Path(victim) / "secret.txt").stat().st_mode & 0o777,
+            "connections": connections,
+            "escape_file": Path(f"/tmp/sandbox-escape-{tag}.txt").exists(),
+            "context": context,
+        }
+    finally:
+        for listener in (tcp, unix, abstract):
+            listener.close()
+        shutil.rmtree(victim, ignore_errors=True)
+        Path(f"/tmp/sandbox-escape-{tag}.txt").unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("attack", [*ATTACKS, "builtins_and_hook_with_hook_on"])
+def test_kernel_layers_alone_contain_the_attack(attack_run, attack):
+    report = attack_run["report"]
+    assert report["uid"] == (0 if attack_run["mode"] == "root" else attack_run["code_uid"])
+    assert report["missing_layers"] == {}
+    outcome = report["attacks"][attack]
+    output = outcome["output"]
+    expected = expected_attempts(attack.replace("_with_hook_on", ""))
+    assert "ESCAPED" not in output, output
+    assert output.count("HELD ") == expected, output  # every attempt ran and was refused
+    assert "TOPSECRET" not in output and attack_run["context"]["token"] not in output
+    # The episode goes on: a benign call works and a correct answer earns its reward.
+    assert outcome["benign"] == "42" and outcome["reward"] == 1.0 and not outcome["episode_ended"]
+    # Nothing changed on the host, whatever the attack.
+    assert attack_run["after"] == attack_run["before"], "files appeared or vanished in the user's directory"
+    assert attack_run["secret"] == "TOPSECRET-42" and attack_run["secret_mode"] == 0o600
+    assert attack_run["connections"] == 0 and not attack_run["escape_file"]

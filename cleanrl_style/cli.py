@@ -1,0 +1,159 @@
+"""User-input errors on the command line: one line ``error: ...``, exit status 2, nothing left behind.
+
+:class:`UsageError` (and the env request errors that ``envs.make`` raises: unknown env,
+unsupported space or backend) mean "the user asked for something that cannot work"; their
+message names the problem and the fix. ``Run`` installs :func:`install_error_handler`, so in an
+agent's process such an error, wherever it is raised, prints that one line instead of a
+traceback, removes a run directory this process created and has not yet checkpointed, and exits
+with status 2 (argparse's status for a usage error). Importing ``cleanrl_style.run`` installs it
+too, since an agent may look its env up before it makes its ``Run``.
+
+:func:`check_args` holds the checks of the flags that several agents share, by field name, so that
+each rule is written once; an agent checks the flags only it has in a ``validate()`` method of
+its ``Args``, which may also fill in derived fields (``Run`` calls it after ``--resume`` merged
+the saved arguments).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import sys
+import weakref
+from pathlib import Path
+from typing import Any
+
+
+class UsageError(ValueError):
+    """A user-input error; the message names the problem and the fix."""
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise UsageError(message)
+
+
+def flag(name: str) -> str:
+    """The command-line spelling of a field (tyro's: dashes)."""
+    return "--" + name.replace("_", "-")
+
+
+# Fields shared by several agents, checked wherever present.
+_AT_LEAST_ONE = (
+    "num_envs",
+    "total_timesteps",
+    "checkpoint_every",
+    "num_steps",
+    "num_minibatches",
+    "update_epochs",
+    "buffer_size",
+    "log_every",
+    "micro_batch_size",
+    "max_new_tokens",
+    "num_critics",
+    "critic_nets",
+    "video_every",
+)
+_AT_LEAST_ZERO = ("seed", "eval_episodes", "torch_threads", "learning_starts", "warmup_steps", "eval_every", "progress_every")
+_POSITIVE_FLOATS = ("learning_rate", "policy_lr", "q_lr", "alpha_lr", "updates_per_step")
+
+
+def check_args(args: Any) -> None:
+    """Raise :class:`UsageError` for flag values that cannot work; call ``args.validate()`` if defined."""
+    fields = {f.name for f in dataclasses.fields(args)}
+    for name in _AT_LEAST_ONE:
+        if name in fields:
+            value = getattr(args, name)
+            require(value >= 1, f"{flag(name)} {value}: must be at least 1")
+    for name in _AT_LEAST_ZERO:
+        if name in fields:
+            value = getattr(args, name)
+            require(value >= 0, f"{flag(name)} {value}: must be 0 or more")
+    for name in _POSITIVE_FLOATS:
+        if name in fields:
+            value = getattr(args, name)
+            require(value > 0, f"{flag(name)} {value}: must be greater than 0")
+    if "gamma" in fields and args.gamma is not None:  # None: an agent's own default, derived later
+        require(0 <= args.gamma <= 1, f"--gamma {args.gamma}: a discount factor lies in [0, 1]")
+    if "device" in fields:
+        _check_device(args.device)
+    validate = getattr(args, "validate", None)
+    if callable(validate):
+        validate()
+    if "batch_size" in fields:
+        require(args.batch_size >= 1, f"--batch-size {args.batch_size}: must be at least 1")
+        if "buffer_size" in fields:
+            require(
+                args.batch_size <= args.buffer_size,
+                f"--batch-size {args.batch_size} is larger than --buffer-size {args.buffer_size}: "
+                "a batch is sampled from the buffer; lower the one or raise the other",
+            )
+    for starts in ("learning_starts", "warmup_steps"):
+        if starts in fields and "total_timesteps" in fields:
+            require(
+                getattr(args, starts) < args.total_timesteps,
+                f"--total-timesteps {args.total_timesteps} is not more than {flag(starts)} {getattr(args, starts)}: "
+                f"the run would end before its first update; raise --total-timesteps or lower {flag(starts)}",
+            )
+
+
+def _check_device(device: str) -> None:
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError) as error:
+        raise UsageError(f"--device {device!r}: not a torch device ({error}); use cpu, cuda or cuda:N") from None
+    if parsed.type == "cuda":
+        require(torch.cuda.is_available(), f"--device {device}: no CUDA device is available here; use --device cpu")
+        if parsed.index is not None:
+            count = torch.cuda.device_count()
+            require(parsed.index < count, f"--device {device}: this machine has {count} CUDA device(s) (cuda:0 ...)")
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    from envs.core import EnvRequestError
+
+    return (UsageError, EnvRequestError)
+
+
+# Runs of this process, whose folders (``run.created_dirs``, deepest first) it created; removed if
+# a user error ends the process before the run's first checkpoint. Folders it did not create stay.
+_fresh_runs: weakref.WeakSet = weakref.WeakSet()
+
+
+def forget_on_user_error(run: Any) -> None:
+    _fresh_runs.add(run)
+
+
+def _remove_fresh_run_directories() -> None:
+    for run in list(_fresh_runs):
+        if getattr(run, "checkpointed", True) or not run.created_dirs:
+            continue
+        try:
+            run.close()
+        finally:
+            shutil.rmtree(Path(run.created_dirs[0]), ignore_errors=True)
+            for parent in run.created_dirs[1:]:
+                try:
+                    os.rmdir(parent)  # only while empty: another run may have appeared there meanwhile
+                except OSError:
+                    break
+
+
+def install_error_handler() -> None:
+    """Make a user error that ends the process print one line and exit with status 2."""
+    if getattr(sys.excepthook, "_cleanrl_style", False):
+        return
+    previous = sys.excepthook
+
+    def handle(kind, error, traceback):
+        if not issubclass(kind, user_error_types()):
+            return previous(kind, error, traceback)
+        _remove_fresh_run_directories()
+        print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
+        sys.exit(2)
+
+    handle._cleanrl_style = True
+    sys.excepthook = handle
