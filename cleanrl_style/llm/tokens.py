@@ -1,4 +1,9 @@
-"""Log-probabilities, group statistics and the PPO-clip update for language-model policies.
+"""Token-level mechanics of training a language-model policy: log-probabilities of chosen tokens,
+and one optimizer step of any per-token loss over many sequences.
+
+The losses themselves (GRPO's clipped objective, RCTP's cross-entropy, TurnSight's modulated
+advantages) are the algorithms and live in the agent files; they are functions of per-token
+log-probabilities that :func:`gradient_step` calls micro-batch by micro-batch.
 
 Shapes: a batch of B sequences padded on the right to length T. ``mask`` (B, T) is True at the
 tokens that are trained on (the policy's own tokens); a log-probability at position t is that of
@@ -6,20 +11,22 @@ token t given tokens < t (position 0 never has one).
 
     batch = pad_batch([r.tokens for r in rollouts], [r.policy_mask for r in rollouts], pad_id)
     logp = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.mask)   # (B, T)
-    advantages = group_advantages(rewards.view(num_groups, G))                        # (groups, G)
-    stats = ppo_update(model, optimizer, sequences, token_advantages, ...)             # one optimizer step
+    ref = batched_logprobs(reference, sequences, masks, pad_id, micro_batch_size=4)   # no gradient, one tensor each
+    stats = gradient_step(model, optimizer, sequences, masks, pad_id, my_token_loss,
+                          per_token={"advantages": token_advantages}, micro_batch_size=4)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from cleanrl_style.llm_model import unwrap
+from cleanrl_style.llm.model import autocast, unwrap
+from cleanrl_style.llm.progress import WorkProgress
 
 
 @dataclass
@@ -64,57 +71,6 @@ def token_logprobs(
     return torch.zeros(mask.shape, dtype=chosen.dtype, device=chosen.device).masked_scatter(shifted, chosen)
 
 
-def group_advantages(rewards: torch.Tensor, eps: float = 1e-6, scale: bool = True) -> torch.Tensor:
-    """GRPO's advantage: ``(R_j - mean_g) / (std_g + eps)`` within each group; ``rewards`` (groups, G).
-
-    The std is the sample std (n-1) when G > 1. A group whose rewards are all equal gets advantage 0.
-    """
-    centered = rewards - rewards.mean(dim=1, keepdim=True)
-    if not scale or rewards.shape[1] < 2:
-        return centered
-    return centered / (rewards.std(dim=1, keepdim=True) + eps)
-
-
-def zero_variance_fraction(rewards: torch.Tensor) -> float:
-    """Fraction of groups (rows of ``rewards``) whose rewards are all equal: their advantage is zero."""
-    return float((rewards.max(dim=1).values == rewards.min(dim=1).values).float().mean())
-
-
-def group_reward_std(rewards: torch.Tensor) -> float:
-    """Mean over groups of the within-group reward std (population std)."""
-    return float(rewards.std(dim=1, unbiased=False).mean()) if rewards.shape[1] > 1 else 0.0
-
-
-def ppo_clip_token_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    advantages: torch.Tensor,
-    clip_coef: float,
-    ref_logp: torch.Tensor | None = None,
-    kl_coef: float = 0.0,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Per-token loss ``-min(ratio * A, clip(ratio, 1-c, 1+c) * A) + kl_coef * KL`` (B, T).
-
-    KL to the reference uses the non-negative, unbiased estimator ``exp(d) - d - 1`` with
-    ``d = log pi_ref - log pi``. Also returns per-token clip indicator and KL (no gradient).
-    """
-    log_ratio = logp - old_logp
-    ratio = log_ratio.exp()
-    surrogate = torch.min(ratio * advantages, ratio.clamp(1 - clip_coef, 1 + clip_coef) * advantages)
-    loss = -surrogate
-    kl = torch.zeros_like(logp)
-    if ref_logp is not None:
-        d = ref_logp - logp
-        kl = d.exp() - d - 1
-        if kl_coef:
-            loss = loss + kl_coef * kl
-    return loss, {
-        "clipped": ((ratio - 1).abs() > clip_coef).float().detach(),
-        "kl": kl.detach(),
-        "approx_kl": ((ratio - 1) - log_ratio).detach(),
-    }
-
-
 def masked_mean_per_sequence(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of ``values`` over each sequence's masked tokens; (B,)."""
     return (values * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
@@ -128,115 +84,98 @@ def batched_logprobs(
     pad_id: int,
     micro_batch_size: int,
     temperature: float = 1.0,
+    precision: str = "fp32",
+    progress: WorkProgress | None = None,
+    stage_name: str = "log-probs",
 ) -> list[torch.Tensor]:
-    """``token_logprobs`` for many sequences, micro-batched, without gradient; one (len_i,) tensor each."""
+    """``token_logprobs`` for many sequences, micro-batched, without gradient; one (len_i,) float32 tensor each."""
     device = next(model.parameters()).device
     out: list[torch.Tensor] = []
-    for start in range(0, len(sequences), micro_batch_size):
-        seqs, ms = sequences[start : start + micro_batch_size], masks[start : start + micro_batch_size]
-        batch = pad_batch(seqs, ms, pad_id, device)
-        logp = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.mask, temperature).cpu()
-        out += [logp[i, : len(s)] for i, s in enumerate(seqs)]
+    starts = range(0, len(sequences), micro_batch_size)
+    with (progress or WorkProgress(enabled=False)).stage(stage_name, total=len(starts), unit="micro-batch") as stage:
+        for k, start in enumerate(starts, 1):
+            seqs, ms = sequences[start : start + micro_batch_size], masks[start : start + micro_batch_size]
+            batch = pad_batch(seqs, ms, pad_id, device)
+            with autocast(precision, device):
+                logp = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.mask, temperature)
+            out += [logp[i, : len(s)].float().cpu() for i, s in enumerate(seqs)]
+            stage.update(k)
     return out
 
 
-def ppo_update(
+TokenLoss = Callable[[torch.Tensor, dict[str, torch.Tensor]], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+"""``(logp, extras) -> (loss, statistics)``: ``logp`` (B, T) with gradient; ``extras`` maps each
+name of ``gradient_step``'s ``per_token`` to its (B, T) padded tensor; ``loss`` is (B, T) per
+token; each statistic (B, T) is averaged over the trained tokens for the log."""
+
+AGGREGATIONS = ("sequence", "token")
+
+
+def gradient_step(
     model: Any,
     optimizer: torch.optim.Optimizer,
     sequences: Sequence[Sequence[int]],
     masks: Sequence[Sequence[bool]],
-    advantages: Sequence[torch.Tensor],
     pad_id: int,
+    loss_fn: TokenLoss,
     *,
-    clip_coef: float = 0.2,
-    kl_coef: float = 0.0,
-    ref_logps: Sequence[torch.Tensor] | None = None,
-    old_logps: Sequence[torch.Tensor] | None = None,
+    per_token: dict[str, Sequence[torch.Tensor]] | None = None,
     micro_batch_size: int = 4,
     temperature: float = 1.0,
     max_grad_norm: float = 1.0,
-    loss_aggregation: str = "sequence",
+    aggregation: str = "sequence",
+    precision: str = "fp32",
+    progress: WorkProgress | None = None,
 ) -> dict[str, float]:
-    """One optimizer step of the PPO-clip loss over all sequences (gradients accumulated over micro-batches).
+    """One optimizer step of a per-token loss over all sequences, gradients accumulated over micro-batches.
 
     Args:
-        sequences, masks: Token ids and policy-token masks of each rollout.
-        advantages: One (len_i,) tensor per rollout (the episode advantage broadcast over its
-            tokens, or per-turn values such as TurnSight's).
-        ref_logps: Reference-model log-probs (for the KL term and its logging); None skips KL.
-        old_logps: Log-probs of the policy that sampled the data. None: the data is on-policy for
-            this step (one step per batch), so the old log-probs are the current ones, detached;
-            the ratio is then 1 and the clip inactive, exactly as in GRPO with one update per batch.
-        loss_aggregation: ``sequence`` (mean over each rollout's tokens, then over rollouts: the
-            GRPO paper) or ``token`` (mean over all tokens of the batch).
+        sequences, masks: Token ids and trained-token masks, one list each per sequence.
+        loss_fn: The algorithm's per-token loss (see ``TokenLoss``).
+        per_token: Named per-token inputs of the loss (advantages, old or reference log-probs), one
+            (len_i,) tensor per sequence; padded like the batch and passed to ``loss_fn``.
+        temperature: Log-probabilities are those of ``softmax(logits / temperature)``.
+        max_grad_norm: Global gradient-norm clip before the step.
+        aggregation: ``sequence``: mean over each sequence's trained tokens, then over sequences
+            (GRPO); ``token``: mean over every trained token of the batch.
+        precision: ``fp32``, or ``bf16`` autocast (float32 weights, gradients and optimizer state).
+
+    Returns:
+        ``loss`` (the batch's), each statistic's mean over trained tokens, and ``grad_norm``.
     """
-    if loss_aggregation not in ("sequence", "token"):
-        raise ValueError(f"loss_aggregation must be 'sequence' or 'token', got {loss_aggregation!r}")
-    device = next(model.parameters()).device
-    model.train()
-    optimizer.zero_grad(set_to_none=True)
-    total_sequences = len(sequences)
-    total_tokens = max(sum(sum(m[1:]) for m in masks), 1)
-    sums = {"loss": 0.0, "clipfrac": 0.0, "kl": 0.0, "approx_kl": 0.0}
-    for start in range(0, len(sequences), micro_batch_size):
-        idx = range(start, min(start + micro_batch_size, len(sequences)))
-        batch = pad_batch([sequences[i] for i in idx], [masks[i] for i in idx], pad_id, device)
-        width = batch.input_ids.shape[1]
-
-        def padded(tensors: Sequence[torch.Tensor] | None, idx=idx, width=width) -> torch.Tensor | None:
-            if tensors is None:
-                return None
-            return torch.stack([F.pad(tensors[i].float(), (0, width - len(tensors[i]))) for i in idx]).to(device)
-
-        logp = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.mask, temperature)
-        old = padded(old_logps) if old_logps is not None else logp.detach()
-        loss_tokens, info = ppo_clip_token_loss(logp, old, padded(advantages), clip_coef, padded(ref_logps), kl_coef)
-        m = batch.mask.float()
-        if loss_aggregation == "sequence":
-            loss = masked_mean_per_sequence(loss_tokens, m).sum() / total_sequences
-        else:
-            loss = (loss_tokens * m).sum() / total_tokens
-        loss.backward()
-        sums["loss"] += loss.item()
-        for key, name in (("clipfrac", "clipped"), ("kl", "kl"), ("approx_kl", "approx_kl")):
-            sums[key] += float((info[name] * m).sum())
-    grad_norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_grad_norm)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    model.eval()
-    return {
-        "policy_loss": sums["loss"],
-        "clipfrac": sums["clipfrac"] / total_tokens,
-        "kl": sums["kl"] / total_tokens,
-        "approx_kl": sums["approx_kl"] / total_tokens,
-        "grad_norm": float(grad_norm),
-    }
-
-
-def sft_step(
-    model: Any,
-    optimizer: torch.optim.Optimizer,
-    sequences: Sequence[Sequence[int]],
-    masks: Sequence[Sequence[bool]],
-    pad_id: int,
-    micro_batch_size: int = 4,
-    max_grad_norm: float = 1.0,
-) -> dict[str, float]:
-    """One optimizer step of cross-entropy on the masked tokens (mean over all masked tokens of the batch)."""
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+    per_token = per_token or {}
     device = next(model.parameters()).device
     model.train()
     optimizer.zero_grad(set_to_none=True)
     total_tokens = max(sum(sum(m[1:]) for m in masks), 1)
-    loss_sum, correct = 0.0, 0.0
-    for start in range(0, len(sequences), micro_batch_size):
-        batch = pad_batch(sequences[start : start + micro_batch_size], masks[start : start + micro_batch_size], pad_id, device)
-        logp = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.mask)
-        loss = -(logp * batch.mask).sum() / total_tokens
-        loss.backward()
-        loss_sum += loss.item()
-        correct += float(((logp > -0.6931) & batch.mask).sum())  # p > 1/2 means the argmax is the target
+    loss_sum, sums = 0.0, {}
+    starts = range(0, len(sequences), micro_batch_size)
+    with (progress or WorkProgress(enabled=False)).stage("update", total=len(starts), unit="micro-batch") as stage:
+        for k, start in enumerate(starts, 1):
+            idx = range(start, min(start + micro_batch_size, len(sequences)))
+            batch = pad_batch([sequences[i] for i in idx], [masks[i] for i in idx], pad_id, device)
+            width = batch.input_ids.shape[1]
+            extras = {
+                name: torch.stack([F.pad(values[i].float(), (0, width - len(values[i]))) for i in idx]).to(device)
+                for name, values in per_token.items()
+            }
+            with autocast(precision, device):
+                logp = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.mask, temperature)
+            loss_tokens, stats = loss_fn(logp.float(), extras)
+            m = batch.mask.float()
+            if aggregation == "sequence":
+                loss = masked_mean_per_sequence(loss_tokens, m).sum() / len(sequences)
+            else:
+                loss = (loss_tokens * m).sum() / total_tokens
+            loss.backward()
+            loss_sum += loss.item()
+            for name, values in stats.items():
+                sums[name] = sums.get(name, 0.0) + float((values.detach() * m).sum())
+            stage.update(k)
     grad_norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_grad_norm)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     model.eval()
-    return {"sft_loss": loss_sum, "token_accuracy_lower_bound": correct / total_tokens, "grad_norm": float(grad_norm)}
+    return {"loss": loss_sum, **{name: value / total_tokens for name, value in sums.items()}, "grad_norm": float(grad_norm)}
