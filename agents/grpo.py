@@ -137,7 +137,7 @@ if __name__ == "__main__":
     loss_fn = clipped_token_loss(args.clip_coef, args.kl_coef)
 
     for iteration in range(setup.start_iteration, args.total_timesteps + 1):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         progress.prefix = f"iteration {iteration}/{args.total_timesteps}"
         # ---- rollouts: G episodes of each task, all generated together ---------------------------
         tasks = sample_groups(family.train_ids, args.groups_per_step, args.seed, iteration)
@@ -181,11 +181,13 @@ if __name__ == "__main__":
             "losses/grad_norm": update["grad_norm"],
             "charts/learning_rate": args.learning_rate,
             "time/iteration_seconds": time.perf_counter() - started,
+            "time/iteration_cpu_seconds": time.process_time() - cpu_started,
         }
         if args.eval_every and iteration % args.eval_every == 0 and iteration < args.total_timesteps:
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             metrics |= evaluate_held_out(policy, tokenizer, family, args.eval_episodes, eval_settings, progress=progress)
             metrics["time/eval_seconds"] = time.perf_counter() - started
+            metrics["time/eval_cpu_seconds"] = time.process_time() - cpu_started
         run.log(iteration, metrics)
         run.progress(iteration, metrics["charts/success_rate"])
         if run.checkpoint_due(iteration) or iteration == args.total_timesteps:

@@ -223,7 +223,7 @@ def run_rctp(args: Args, run: Run) -> None:
     per_epoch = math.ceil(len(sequences) / args.rctp_batch_size)
     total = args.rctp_epochs * per_epoch  # args.total_timesteps was an estimate before the data was balanced and filtered
     for step in range(setup.start_iteration, total + 1):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         progress.prefix = f"RCTP step {step}/{total}"
         epoch, batch = divmod(step - 1, per_epoch)
         order = torch.randperm(len(sequences), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch)).tolist()
@@ -248,6 +248,7 @@ def run_rctp(args: Args, run: Run) -> None:
             "rctp/epoch": epoch,
             "charts/learning_rate": args.learning_rate,
             "time/iteration_seconds": time.perf_counter() - started,
+            "time/iteration_cpu_seconds": time.process_time() - cpu_started,
         }
         if step == 1:
             metrics["rctp/trajectories"] = len(sequences)
@@ -295,7 +296,7 @@ def run_rc_grpo(args: Args, run: Run) -> None:
     progress = WorkProgress(bar=args.progress_bar)
     loss_fn = clipped_token_loss(args.clip_coef, args.kl_coef)
     for iteration in range(setup.start_iteration, args.total_timesteps + 1):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         progress.prefix = f"iteration {iteration}/{args.total_timesteps}"
         tasks = sample_groups(family.train_ids, args.groups_per_step, args.seed, iteration)
         rng = random.Random(args.seed * 1_000_003 + iteration)
@@ -349,13 +350,14 @@ def run_rc_grpo(args: Args, run: Run) -> None:
             "charts/learning_rate": args.learning_rate,
             "rc_grpo/high_token_fraction": len(high) / len(tokens),
             "time/iteration_seconds": time.perf_counter() - started,
+            "time/iteration_cpu_seconds": time.process_time() - cpu_started,
         }
         if high:
             metrics["rc_grpo/success_high"] = sum(high) / len(high)
         if low:
             metrics["rc_grpo/success_low"] = sum(low) / len(low)
         if args.eval_every and iteration % args.eval_every == 0 and iteration < args.total_timesteps:
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             metrics |= evaluate_held_out(
                 policy,
                 tokenizer,
@@ -366,6 +368,7 @@ def run_rc_grpo(args: Args, run: Run) -> None:
                 progress=progress,
             )
             metrics["time/eval_seconds"] = time.perf_counter() - started
+            metrics["time/eval_cpu_seconds"] = time.process_time() - cpu_started
         run.log(iteration, metrics)
         run.progress(iteration, metrics["charts/success_rate"])
         if run.checkpoint_due(iteration) or iteration == args.total_timesteps:

@@ -170,11 +170,13 @@ def finish(
     if eval_episodes > 0:
         if progress is not None:
             progress.prefix = "final"
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         metrics = evaluate_held_out(
             policy, tokenizer, family, eval_episodes, eval_settings, first_user_suffix=first_user_suffix, progress=progress
         )
-        run.log(final_step, metrics | {"time/eval_seconds": time.perf_counter() - started})
+        metrics["time/eval_seconds"] = time.perf_counter() - started
+        metrics["time/eval_cpu_seconds"] = time.process_time() - cpu_started
+        run.log(final_step, metrics)
         suffix = f" (conditioned on {first_user_suffix.strip()})" if first_user_suffix else ""
         print(f"held-out success over {eval_episodes} tasks{suffix}: {metrics['charts/test_success_rate']:.3f}")
     if save_model and final_step > 0:

@@ -59,9 +59,7 @@ class TaskFamily:
 
     def vector_env(self, num_envs: int) -> TextVectorEnv:
         """``num_envs`` environments stepped together, finished ones left alone until the next reset."""
-        return TextVectorEnv(
-            [self.make_env] * num_envs, autoreset=False, num_threads=min(self.step_threads, max(num_envs, 1))
-        )
+        return TextVectorEnv([self.make_env] * num_envs, autoreset=False, num_threads=min(self.step_threads, max(num_envs, 1)))
 
 
 def parse_suite_groups(spec: str) -> list[tuple[str, ...]]:
