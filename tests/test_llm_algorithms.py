@@ -277,7 +277,9 @@ def test_hindsight_block_holds_turns_k_to_k_plus_d_minus_1(tokenizer, tasks):
     assert "CALLS-3" in turnsight.hindsight_message(r, 3, 3, args)["content"]  # clipped at the last turn
 
 
-def test_turnsight_advantages_modulate_each_turn_without_flipping_signs(tokenizer, tasks):
+@pytest.mark.parametrize("env", ["tools:bank", "python-math"])
+def test_turnsight_advantages_modulate_each_turn_without_flipping_signs(tokenizer, env):
+    tasks = make_task_family(env, num_tasks=60, variants=("base",))
     policy, teacher = build_tiny_model(tokenizer, seed=0), build_tiny_model(tokenizer, seed=1)
     ids = [tasks.train_ids[0]] * 3 + [tasks.train_ids[1]] * 3
     rollouts, _ = collect_rollouts(policy, tokenizer, tasks, ids, sampled(4, 2))

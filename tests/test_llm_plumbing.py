@@ -8,6 +8,7 @@ scripted generator that writes the expert's messages makes the token bookkeeping
 from __future__ import annotations
 
 import io
+import time
 import warnings
 
 import pytest
@@ -296,7 +297,7 @@ def test_stop_tokens_include_the_chat_end_of_turn(tokenizer):
 
 def test_progress_prints_plain_lines_when_not_on_a_terminal(tokenizer, tiny, family):
     stream = io.StringIO()  # not a terminal
-    progress = WorkProgress(interval_s=0.0, stream=stream)
+    progress = WorkProgress(interval_s=0.0, stream=stream, timer=False)
     progress.prefix = "iteration 3/7"
     collect_rollouts(tiny, tokenizer, family, [family.train_ids[0]] * 2, settings(4, 2), progress=progress)
     sequences, masks = [[5, 6, 7, 8]] * 3, [[False, True, True, True]] * 3
@@ -312,3 +313,15 @@ def test_progress_prints_plain_lines_when_not_on_a_terminal(tokenizer, tiny, fam
     stage = WorkProgress(interval_s=3600.0, stream=quiet).stage("update", total=5)
     stage.update(1)
     assert quiet.getvalue() == ""  # at most one line per interval
+
+
+def test_progress_timer_prints_while_one_unit_of_work_is_slow():
+    stream = io.StringIO()
+    progress = WorkProgress(interval_s=0.2, stream=stream)
+    progress.prefix = "iteration 1/1"
+    with progress.stage("update", total=2, unit="micro-batch") as stage:
+        stage.update(1)
+        time.sleep(1.5)  # the second micro-batch takes long: the timer reports meanwhile
+        stage.update(2)
+    lines = [line for line in stream.getvalue().splitlines() if "update: 1/2 micro-batch" in line]
+    assert len(lines) >= 2 and all("s left" in line for line in lines)

@@ -12,13 +12,15 @@ log-probs, TurnSight's teacher, the gradient steps). Each loop is a *stage*:
             stage.update(k)
 
 On a terminal each stage is a transient progress bar (``bar=False`` turns it off). Otherwise (a
-log file, a sweep, CI) a plain line is printed at most every ``interval_s`` seconds, with the
-stage, how far it is, its rate and, when its length is known, the time left.
+log file, a sweep, CI) a plain line is printed about every ``interval_s`` seconds, with the
+stage, how far it is, its rate and, when its length is known, the time left; a background timer
+prints it even while one unit of work (a micro-batch on a busy CPU) takes longer than that.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import Any, TextIO
 
@@ -30,15 +32,17 @@ class Stage:
         self.owner, self.name, self.total, self.unit = owner, name, total, unit
         self.started = time.monotonic()
         self.done = 0
+        self.info: dict[str, Any] = {}
         self._bar: Any = None
         if owner.use_bar:
             from tqdm import tqdm
 
             self._bar = tqdm(total=total, desc=f"{owner.prefix} {name}".strip(), unit=unit, leave=False, dynamic_ncols=True)
+        owner.current = self
 
     def update(self, done: int, **info: Any) -> None:
         """``done`` units finished so far; ``info`` (e.g. ``tokens_per_s=12.5``) is shown beside them."""
-        self.done = done
+        self.done, self.info = done, info
         if self._bar is not None:
             self._bar.update(done - self._bar.n)
             if info:
@@ -46,7 +50,8 @@ class Stage:
         if self.owner.use_lines and time.monotonic() - self.owner.last_line >= self.owner.interval_s:
             self.owner.line(self.describe(info))
 
-    def describe(self, info: dict[str, Any]) -> str:
+    def describe(self, info: dict[str, Any] | None = None) -> str:
+        info = self.info if info is None else info
         elapsed = time.monotonic() - self.started
         of = f"/{self.total}" if self.total else ""
         parts = [f"{self.owner.prefix} {self.name}: {self.done}{of} {self.unit}".strip()]
@@ -57,6 +62,8 @@ class Stage:
         return ", ".join(parts)
 
     def close(self) -> None:
+        if self.owner.current is self:
+            self.owner.current = None
         if self._bar is not None:
             self._bar.close()
             self._bar = None
@@ -76,23 +83,44 @@ class WorkProgress:
         interval_s: Least time between two plain lines.
         stream: Where lines go (default stdout); bars go to stderr as tqdm's do.
         enabled: False reports nothing at all.
+        timer: With lines, also print the current stage from a background thread when
+            ``interval_s`` has passed without an update.
     """
 
-    def __init__(self, bar: bool = True, interval_s: float = 30.0, stream: TextIO | None = None, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        bar: bool = True,
+        interval_s: float = 30.0,
+        stream: TextIO | None = None,
+        enabled: bool = True,
+        timer: bool = True,
+    ) -> None:
         self.stream = stream if stream is not None else sys.stdout
         terminal = bool(getattr(self.stream, "isatty", lambda: False)())
         self.use_bar = enabled and bar and terminal
         self.use_lines = enabled and not terminal
         self.interval_s = interval_s
         self.prefix = ""
+        self.current: Stage | None = None
         self.last_line = time.monotonic()
+        self._lock = threading.Lock()
+        if self.use_lines and timer and interval_s > 0:
+            threading.Thread(target=self._timer, name="progress-lines", daemon=True).start()
 
     def stage(self, name: str, total: int | None = None, unit: str = "step") -> Stage:
         return Stage(self, name, total, unit)
 
     def line(self, text: str) -> None:
-        print(text, file=self.stream, flush=True)
-        self.last_line = time.monotonic()
+        with self._lock:
+            print(text, file=self.stream, flush=True)
+            self.last_line = time.monotonic()
+
+    def _timer(self) -> None:
+        while True:
+            time.sleep(min(self.interval_s, 5.0))
+            stage = self.current
+            if stage is not None and time.monotonic() - self.last_line >= self.interval_s:
+                self.line(stage.describe())
 
 
 def _fmt(value: Any) -> str:
