@@ -341,3 +341,21 @@ def test_cached_generation_equals_uncached_with_the_real_model():
     uncached, _ = collect_rollouts(model, tokenizer, family, ids, settings(8, 3, keep_cache=False))
     assert max(len(r.turns) for r in cached) >= 2
     assert [r.tokens for r in cached] == [r.tokens for r in uncached]
+
+
+def test_the_cache_appends_in_place_instead_of_copying_every_step(tokenizer, tiny):
+    from cleanrl_style.llm.generation import _growing_layer_class
+
+    if _growing_layer_class() is None:
+        pytest.skip("transformers 4.x: the plain DynamicCache is used")
+    rows = [encode(tokenizer, "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n")] * 3
+    generator = TurnGenerator(tiny, [], tokenizer.pad_token_id, Sampling(max_new_tokens=2, greedy=True))
+    generator.generate([0, 1, 2], rows)
+    layer = generator.cache.layers[0]
+    assert isinstance(layer, _growing_layer_class())
+    address, length = layer.keys.data_ptr(), layer.keys.shape[-2]
+    generator._step(torch.zeros(3, dtype=torch.long), torch.ones(3, dtype=torch.bool))
+    assert layer.keys.data_ptr() == address and layer.keys.shape[-2] == length + 1  # written into spare room
+    generator._retain([0, 2])
+    generator._step(torch.zeros(2, dtype=torch.long), torch.ones(2, dtype=torch.bool))
+    assert layer.keys.shape[:3] == (2, layer.keys.shape[1], length + 2)

@@ -29,6 +29,7 @@ exactly ``softmax(logits / temperature)``, the distribution the policy loss scor
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -97,6 +98,58 @@ def shared_prefix_length(rows: Sequence[Sequence[int]]) -> int:
     while length < limit and all(r[length] == first[length] for r in rows):
         length += 1
     return length
+
+
+@functools.cache
+def _growing_layer_class() -> type | None:
+    """A transformers ``DynamicLayer`` that appends in place: keys and values live in a buffer with
+    spare room (grown by half when full), and the layer exposes a view of the filled part.
+
+    transformers' own layer concatenates a new tensor at every token, copying the whole cache each
+    decoding step: at 32 rows of 1,200 tokens that copy tripled the time of a SmolLM2 decoding step
+    on a CPU (2.2 s against 0.56 s of CPU time per step, one thread). None where the installed
+    transformers has no ``DynamicLayer`` (4.x): its plain cache is used then."""
+    try:
+        from transformers.cache_utils import DynamicLayer
+    except ImportError:
+        return None
+
+    class GrowingLayer(DynamicLayer):
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            filled = self.keys.shape[-2] if self.keys.dim() == 4 else 0
+            needed = filled + key_states.shape[-2]
+            buffer = getattr(self, "_buffer", None)
+            if (  # no room, or the batch was reshaped (rows dropped or repeated): a new buffer
+                buffer is None
+                or buffer[0].shape[2] < needed
+                or buffer[0].shape[:2] != key_states.shape[:2]
+                or (filled and self.keys.data_ptr() != buffer[0].data_ptr())
+            ):
+                shape = (*key_states.shape[:2], needed + max(256, needed // 2), key_states.shape[-1])
+                buffer = (key_states.new_empty(shape), value_states.new_empty(shape))
+                if filled:
+                    buffer[0][:, :, :filled] = self.keys
+                    buffer[1][:, :, :filled] = self.values
+                self._buffer = buffer
+            buffer[0][:, :, filled:needed] = key_states
+            buffer[1][:, :, filled:needed] = value_states
+            self.keys, self.values = buffer[0][:, :, :needed], buffer[1][:, :, :needed]
+            return self.keys, self.values
+
+    return GrowingLayer
+
+
+def new_cache() -> Any:
+    """An empty key/value cache for the installed transformers (growing in place where it can)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    layer_class = _growing_layer_class()
+    if layer_class is not None and getattr(cache, "layer_class_to_replicate", None) is not None and not cache.layers:
+        cache.layer_class_to_replicate = layer_class
+    return cache
 
 
 def _cache_keyword(decoder: Any) -> str:
@@ -193,10 +246,8 @@ class TurnGenerator:
 
     def _start(self, episodes: Sequence[int], tokens: Sequence[Sequence[int]]) -> torch.Tensor:
         """A fresh cache for ``episodes``: the shared first chunk once, then each row's rest."""
-        from transformers import DynamicCache
-
         self.rows = list(episodes)
-        self.cache = DynamicCache()
+        self.cache = new_cache()
         shared = shared_prefix_length(tokens) if len(tokens) > 1 else 0
         if shared >= MIN_SHARED_PREFIX:
             self.mask = torch.ones((1, shared), dtype=torch.long, device=self.device)
