@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import tyro
@@ -72,7 +73,7 @@ class Args(LLMRunArgs):
     """optimizer steps per batch (1: on-policy, the ratio is 1)"""
     adv_eps: float = 1e-6
     """eps in (R - mean) / (std + eps)"""
-    loss_aggregation: str = "sequence"
+    loss_aggregation: Literal["sequence", "token"] = "sequence"
     """sequence: mean over each rollout's tokens, then over rollouts (GRPO); token: mean over all tokens"""
     save_model: bool = True
     """also write runs/<run>/model (a transformers folder) at the end"""

