@@ -1,61 +1,80 @@
 """RC-GRPO: reward-conditioned fine-tuning (RCTP), then GRPO with a reward token drawn per rollout.
 
-    python agents/rc_grpo.py --stage rctp                                   # stage 1 from SmolLM2-135M-Instruct
-    python agents/rc_grpo.py --stage rl --model runs/<rctp run>/model       # stage 2 from stage 1's model
-    python agents/rc_grpo.py --stage rctp --model runs/<rl run>/model       # (either stage starts from the other's model)
+    python agents/rc_grpo.py --env tools:bank --stage rctp                                # stage 1 from SmolLM2-135M-Instruct
+    python agents/rc_grpo.py --env tools:bank --stage rl --model runs/<rctp run>/model    # stage 2 from stage 1's model
 
-Zhong et al. (docs/algorithms.md#rc-grpo). In multi-turn tool use an SFT'd policy makes the rollouts
-of a GRPO group alike, so a group's binary rewards are often all equal and its advantage is zero.
+Zhong, Zhai, Song, Bian, Liu and Tan (2026), "RC-GRPO: Reward-Conditioned Group Relative Policy
+Optimization for Multi-Turn Tool Calling Agents", arXiv:2602.03025 (docs/algorithms.md#rc-grpo).
+In multi-turn tool use a fine-tuned policy makes the rollouts of a GRPO group alike, so the group's
+binary rewards are often all equal and its normalized advantage is zero: the update vanishes.
 
-Stage 1, RCTP. Trajectories from the environment's scripted policies (expert, and noisy with one
-mistake per episode), labelled by their actual reward and mixed 1:1 successful/failed. A
-reward-goal token is appended to the first user message, ``<|high_reward|>`` on successes and
-``<|low_reward|>`` on failures; both are added to the tokenizer as special tokens (new embedding
-rows start at the mean embedding). Loss: cross-entropy on the assistant tokens only. Paper
-settings as defaults: lr 1e-5, batch 16, 5 epochs. ``total_timesteps`` is filled in as the number
-of optimizer steps (epochs x batches). At the end the model is written to ``runs/<run>/model``.
+**Reward.** An episode succeeds when every user turn passes the state, response and empty-turn
+checks and every gold call was made with its name and arguments (``--require-gold-calls``, which
+this agent does not let you turn off): a call with wrong arguments that still lands on the gold
+state fails.
 
-Stage 2, RC-GRPO. Every rollout j of a group draws its own token (high with probability
-``p_high`` = 0.5) and is conditioned on it; the binary episode reward is normalized within the
-group, ``A_j = (R_j - mean_g) / (std_g + eps)``; PPO-clip 0.2; KL 0.1 to the RCTP model (the model
-stage 2 starts from); group 5. Because high- and low-conditioned rollouts behave differently,
-the expected group variance is at least ``(G-1)/G p(1-p) (mu_high - mu_low)^2`` and fewer groups
-have zero advantage (``charts/zero_variance_fraction``, against ``agents/grpo.py``).
+**Stage 1, RCTP** (reward-conditioned trajectory policy). Trajectories from the environment's
+scripted policies (the expert, and the noisy policy with one mistake per episode), labelled by
+their actual reward and mixed 1:1 successful/failed. A reward-goal token is appended to the first
+user message: ``<|high_reward|>`` on successes, ``<|low_reward|>`` on failures; both are added to
+the tokenizer as special tokens (new embedding rows start at the mean embedding). Loss:
+cross-entropy on the assistant tokens only (content and closing end-of-turn token), averaged over
+all of them. Paper settings as defaults: lr 1e-5, batch 16, 5 epochs. ``total_timesteps`` is
+filled in as the number of optimizer steps (epochs x batches). The model is written to
+``runs/<run>/model``.
+
+**Stage 2, RC-GRPO.** Rollout j of a group draws its own token, ``<|high_reward|>`` with probability
+p (``--p-high``, 0.5), and is conditioned on it. With R_j the binary reward,
+
+    A_j = (R_j - mean_g R) / (std_g R + eps)
+    l_t = -min(r_t A_j, clip(r_t, 1 - c, 1 + c) A_j) + beta (exp(d_t) - d_t - 1)
+
+at every policy token t of rollout j (r_t the probability ratio to the sampling policy, d_t the
+log-ratio of the reference to the policy), averaged per rollout, then over rollouts; c = 0.2,
+beta = 0.1 to the RCTP model (the model stage 2 starts from), group 5. High- and low-conditioned
+rollouts behave differently, so the expected within-group reward variance is at least
+``(G-1)/G p (1-p) (mu_high - mu_low)^2`` and fewer groups have zero advantage
+(``charts/zero_variance_fraction``, against ``agents/grpo.py``).
 
 Evaluation (``charts/test_success_rate``) conditions on ``<|high_reward|>``. Choices the paper
-leaves open (flags): the token is appended after a space; the expert/noisy split of data
-generation (noisy with mistake probability 1, then balanced by actual reward); stage 2's lr 1e-6.
+leaves open (flags): the token follows the first user message after a space; data from the
+expert and from the noisy policy with a mistake in every episode, then balanced by actual reward;
+stage 2's lr (1e-6 here, like GRPO's). RCTP's scripted data exists for the tool suites only.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 import tyro
-from grpo import test_metrics, train_metrics
 
 from cleanrl_style import Run
-from cleanrl_style.llm_losses import batched_logprobs, group_advantages, ppo_update, sft_step
-from cleanrl_style.llm_rollout import (
-    LLMRunArgs,
-    collect_group_rollouts,
-    make_task_set,
-    task_ids_of,
-    tokenize_conversation,
-    with_first_user_suffix,
+from cleanrl_style.llm.args import LLMRunArgs
+from cleanrl_style.llm.progress import WorkProgress
+from cleanrl_style.llm.rollout import collect_groups, evaluate_held_out, tokenize_conversation, with_first_user_suffix
+from cleanrl_style.llm.tokens import TokenLoss, batched_logprobs, gradient_step
+from cleanrl_style.llm.train import (
+    build_policy,
+    finish,
+    iteration_seed,
+    reference_logprobs,
+    rollout_metrics,
+    sample_groups,
+    save_policy_checkpoint,
 )
-from cleanrl_style.llm_train import build_policy, export_model, reference_logprobs, sample_groups, save_policy_checkpoint
 
 HIGH_REWARD, LOW_REWARD = "<|high_reward|>", "<|low_reward|>"
 
 
 @dataclass
 class Args(LLMRunArgs):
-    stage: str = "rctp"
+    stage: Literal["rctp", "rl"] = "rctp"
     """rctp (stage 1: reward-conditioned fine-tuning) or rl (stage 2: RC-GRPO)"""
     token_separator: str = " "
     """text between the first user message and its reward token"""
@@ -63,7 +82,7 @@ class Args(LLMRunArgs):
     learning_rate: float = 1e-5
     """AdamW learning rate (paper's RCTP: 1e-5; pass 1e-6 or so for stage 2)"""
     rctp_trajectories: int = 256
-    """trajectories in the RCTP data set (half successful, half failed)"""
+    """trajectories generated for the RCTP data set (then balanced 1:1 successful/failed)"""
     rctp_batch_size: int = 16
     """trajectories per RCTP optimizer step"""
     rctp_epochs: int = 5
@@ -80,17 +99,20 @@ class Args(LLMRunArgs):
     p_high: float = 0.5
     """probability that a rollout is conditioned on <|high_reward|>"""
     clip_coef: float = 0.2
-    """PPO clipping coefficient"""
+    """PPO clipping coefficient c"""
     kl_coef: float = 0.1
-    """weight of the KL to the RCTP model"""
+    """beta: weight of the KL to the RCTP model"""
     update_epochs: int = 1
     """optimizer steps per batch"""
     adv_eps: float = 1e-6
     """eps in (R - mean) / (std + eps)"""
-    loss_aggregation: str = "sequence"
+    loss_aggregation: Literal["sequence", "token"] = "sequence"
     """sequence or token averaging of the loss"""
     save_model: bool = True
     """write runs/<run>/model at the end"""
+
+
+# ---- the algorithm: reward tokens, RCTP data and loss, group advantages, clipped loss ---------------
 
 
 def reward_token(success: bool) -> str:
@@ -102,21 +124,32 @@ def draw_reward_tokens(n: int, p_high: float, rng: random.Random) -> list[str]:
     return [HIGH_REWARD if rng.random() < p_high else LOW_REWARD for _ in range(n)]
 
 
-def rctp_dataset(args: Args, tokenizer, train_tasks) -> tuple[list[list[int]], list[list[bool]], dict[str, float]]:
-    """Mixed-quality trajectories, 1:1 successful/failed, each conditioned on the token of its outcome; tokenized."""
-    from envs.text import ExpertPolicy, NoisyPolicy, ToolUseEnv, load_jsonl, rollout
+def scripted_episodes(family, count: int, seed: int) -> list[tuple[list[dict[str, str]], float]]:
+    """``count`` episodes alternating the expert (successes) and the noisy policy with one mistake
+    per episode (mostly failures), on random training tasks; (messages, reward) each."""
+    from envs.text import ExpertPolicy, NoisyPolicy, rollout
 
-    if args.rctp_data:
-        episodes = [(t["messages"], float(t["reward"])) for t in load_jsonl(args.rctp_data)]
-    else:
-        env = ToolUseEnv(train_tasks, max_steps_per_turn=args.max_steps_per_turn)
-        rng = random.Random(args.seed)
-        ids = task_ids_of(train_tasks)
-        episodes = []
-        for k in range(args.rctp_trajectories):  # alternate expert (successes) and noisy (mostly failures)
-            policy = ExpertPolicy() if k % 2 == 0 else NoisyPolicy(mistake_prob=1.0, seed=args.seed * 7919 + k)
-            trajectory = rollout(env, policy, seed=k, options={"task_id": rng.choice(ids)})
-            episodes.append((trajectory.messages, trajectory.reward))
+    if family.kind != "tools":
+        raise SystemExit(f"RCTP's scripted trajectories exist for the tool suites (tools:...), not {family.name!r}")
+    env = family.make_env()
+    rng = random.Random(seed)
+    episodes = []
+    for k in range(count):
+        policy = ExpertPolicy() if k % 2 == 0 else NoisyPolicy(mistake_prob=1.0, seed=seed * 7919 + k)
+        trajectory = rollout(env, policy, seed=k, options=family.reset_options(rng.choice(family.train_ids)))
+        episodes.append((trajectory.messages, trajectory.reward))
+    return episodes
+
+
+def rctp_dataset(
+    episodes: list[tuple[list[dict[str, str]], float]], tokenizer, separator: str, max_tokens: int
+) -> tuple[list[list[int]], list[list[bool]]]:
+    """Successful and failed episodes, 1:1 and interleaved, each conditioned on the token of its
+    outcome (appended to the first user message); token ids and assistant-token masks.
+
+    Raises:
+        SystemExit: the episodes hold no success or no failure.
+    """
     good = [e for e in episodes if e[1] >= 1.0]
     bad = [e for e in episodes if e[1] < 1.0]
     half = min(len(good), len(bad))
@@ -124,141 +157,246 @@ def rctp_dataset(args: Args, tokenizer, train_tasks) -> tuple[list[list[int]], l
         raise SystemExit(f"RCTP needs successful and failed trajectories; got {len(good)} and {len(bad)}")
     sequences, masks = [], []
     for messages, reward in [x for pair in zip(good[:half], bad[:half]) for x in pair]:
-        conditioned = with_first_user_suffix(messages, args.token_separator + reward_token(reward >= 1.0))
-        ids, mask = tokenize_conversation(tokenizer, conditioned)
-        if len(ids) <= args.rctp_max_tokens:
+        ids, mask = tokenize_conversation(tokenizer, with_first_user_suffix(messages, separator + reward_token(reward >= 1.0)))
+        if len(ids) <= max_tokens:
             sequences.append(ids)
             masks.append(mask)
-    return sequences, masks, {"rctp/trajectories": len(sequences)}
+    return sequences, masks
+
+
+def cross_entropy_loss(logp: torch.Tensor, extras: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """RCTP: the negative log-likelihood of each assistant token; the fraction above 1/2 (the
+    target is then the argmax) is logged as a lower bound on token accuracy."""
+    return -logp, {"token_accuracy_lower_bound": (logp > math.log(0.5)).float()}
+
+
+def group_advantages(rewards: torch.Tensor, eps: float) -> torch.Tensor:
+    """``(R_j - mean_g) / (std_g + eps)`` within each group, high- and low-conditioned rollouts together."""
+    centered = rewards - rewards.mean(dim=1, keepdim=True)
+    if rewards.shape[1] < 2:
+        return centered
+    return centered / (rewards.std(dim=1, keepdim=True) + eps)
+
+
+def clipped_token_loss(clip_coef: float, kl_coef: float) -> TokenLoss:
+    """The clipped surrogate plus ``kl_coef`` times the KL estimate to the RCTP model, per token."""
+
+    def loss(logp: torch.Tensor, extras: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        advantages = extras["advantages"]
+        log_ratio = logp - extras.get("old_logp", logp.detach())
+        ratio = log_ratio.exp()
+        per_token = -torch.min(ratio * advantages, ratio.clamp(1 - clip_coef, 1 + clip_coef) * advantages)
+        stats = {"clipfrac": ((ratio - 1).abs() > clip_coef).float(), "approx_kl": (ratio - 1) - log_ratio}
+        if "ref_logp" in extras:
+            d = extras["ref_logp"] - logp
+            kl = d.exp() - d - 1
+            per_token = per_token + kl_coef * kl
+            stats["kl"] = kl
+        return per_token, stats
+
+    return loss
+
+
+# ---- the two stages ---------------------------------------------------------------------------------
 
 
 def run_rctp(args: Args, run: Run) -> None:
-    policy, tokenizer, _, optimizer, start = build_policy(args, run, special_tokens=(HIGH_REWARD, LOW_REWARD))
-    train_tasks, test_tasks = make_task_set(args, "train"), make_task_set(args, "test")
-    sequences, masks, data_stats = rctp_dataset(args, tokenizer, train_tasks)
+    setup = build_policy(
+        args.model,
+        args.device,
+        args.learning_rate,
+        weight_decay=args.weight_decay,
+        lora_rank=args.lora_rank,
+        lora_alpha=args.lora_alpha,
+        special_tokens=(HIGH_REWARD, LOW_REWARD),
+        checkpoint=run.checkpoint,
+    )
+    policy, tokenizer = setup.policy, setup.tokenizer
+    family, eval_settings = args.task_family(), args.eval_settings()
+    progress = WorkProgress(bar=args.progress_bar)
+    if args.rctp_data:
+        from envs.text import load_jsonl
+
+        episodes = [(t["messages"], float(t["reward"])) for t in load_jsonl(args.rctp_data)]
+    else:
+        episodes = scripted_episodes(family, args.rctp_trajectories, args.seed)
+    sequences, masks = rctp_dataset(episodes, tokenizer, args.token_separator, args.rctp_max_tokens)
     per_epoch = math.ceil(len(sequences) / args.rctp_batch_size)
     total = args.rctp_epochs * per_epoch  # args.total_timesteps was an estimate before the data was balanced and filtered
-    for step in range(start, total + 1):
+    for step in range(setup.start_iteration, total + 1):
+        started, cpu_started = time.perf_counter(), time.process_time()
+        progress.prefix = f"RCTP step {step}/{total}"
         epoch, batch = divmod(step - 1, per_epoch)
         order = torch.randperm(len(sequences), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch)).tolist()
         chosen = order[batch * args.rctp_batch_size : (batch + 1) * args.rctp_batch_size]
-        stats = sft_step(
+        stats = gradient_step(
             policy,
-            optimizer,
+            setup.optimizer,
             [sequences[i] for i in chosen],
             [masks[i] for i in chosen],
             tokenizer.pad_token_id,
-            args.micro_batch_size,
-            args.max_grad_norm,
+            cross_entropy_loss,
+            micro_batch_size=args.micro_batch_size,
+            max_grad_norm=args.max_grad_norm,
+            aggregation="token",
+            precision=args.precision,
+            progress=progress,
         )
         metrics = {
-            "losses/sft_loss": stats["sft_loss"],
+            "losses/sft_loss": stats["loss"],
+            "losses/token_accuracy_lower_bound": stats["token_accuracy_lower_bound"],
             "losses/grad_norm": stats["grad_norm"],
             "rctp/epoch": epoch,
             "charts/learning_rate": args.learning_rate,
-            **(data_stats if step == 1 else {}),
+            "time/iteration_seconds": time.perf_counter() - started,
+            "time/iteration_cpu_seconds": time.process_time() - cpu_started,
         }
+        if step == 1:
+            metrics["rctp/trajectories"] = len(sequences)
         if args.eval_every and step % args.eval_every == 0 and step < total:
-            metrics |= test_metrics(policy, tokenizer, test_tasks, args, args.token_separator + HIGH_REWARD)
+            metrics |= evaluate_held_out(
+                policy,
+                tokenizer,
+                family,
+                args.eval_episodes,
+                eval_settings,
+                first_user_suffix=args.token_separator + HIGH_REWARD,
+                progress=progress,
+            )
         run.log(step, metrics)
         run.progress(step)
         if run.checkpoint_due(step) or step == total:
-            save_policy_checkpoint(run, step, policy, optimizer)
-    finish(args, run, policy, tokenizer, test_tasks, total)
+            save_policy_checkpoint(run, step, policy, setup.optimizer)
+    finish(
+        run,
+        policy,
+        tokenizer,
+        family,
+        total,
+        eval_episodes=args.eval_episodes,
+        eval_settings=eval_settings,
+        save_model=args.save_model,
+        first_user_suffix=args.token_separator + HIGH_REWARD,
+        progress=progress,
+    )
 
 
 def run_rc_grpo(args: Args, run: Run) -> None:
-    policy, tokenizer, reference, optimizer, start = build_policy(args, run, special_tokens=(HIGH_REWARD, LOW_REWARD))
-    pad_id = tokenizer.pad_token_id
-    train_tasks, test_tasks = make_task_set(args, "train"), make_task_set(args, "test")
-    train_ids = task_ids_of(train_tasks)
-    for iteration in range(start, args.total_timesteps + 1):
-        tasks = sample_groups(train_ids, args.groups_per_step, args.seed, iteration)
-        tokens = draw_reward_tokens(
-            len(tasks) * args.group_size, args.p_high, random.Random(args.seed * 1_000_003 + iteration)
-        )
-        rollouts, timing, rewards = collect_group_rollouts(
+    setup = build_policy(
+        args.model,
+        args.device,
+        args.learning_rate,
+        weight_decay=args.weight_decay,
+        lora_rank=args.lora_rank,
+        lora_alpha=args.lora_alpha,
+        special_tokens=(HIGH_REWARD, LOW_REWARD),
+        checkpoint=run.checkpoint,
+    )
+    policy, tokenizer, pad_id = setup.policy, setup.tokenizer, setup.tokenizer.pad_token_id
+    family, settings, eval_settings = args.task_family(), args.rollout_settings(), args.eval_settings()
+    progress = WorkProgress(bar=args.progress_bar)
+    loss_fn = clipped_token_loss(args.clip_coef, args.kl_coef)
+    for iteration in range(setup.start_iteration, args.total_timesteps + 1):
+        started, cpu_started = time.perf_counter(), time.process_time()
+        progress.prefix = f"iteration {iteration}/{args.total_timesteps}"
+        tasks = sample_groups(family.train_ids, args.groups_per_step, args.seed, iteration)
+        rng = random.Random(args.seed * 1_000_003 + iteration)
+        tokens = draw_reward_tokens(len(tasks) * args.group_size, args.p_high, rng)
+        rollouts, timing, rewards = collect_groups(
             policy,
             tokenizer,
-            train_tasks,
+            family,
             tasks,
-            args,
-            iteration,
+            args.group_size,
+            settings,
+            seed=iteration_seed(args.seed, iteration),
             first_user_suffixes=[args.token_separator + t for t in tokens],
+            progress=progress,
         )
 
         # GRPO over the whole group, high- and low-conditioned rollouts together.
         advantages = group_advantages(rewards, args.adv_eps).flatten()
         sequences, masks = [r.tokens for r in rollouts], [r.policy_mask for r in rollouts]
-        token_advantages = [torch.full((len(r.tokens),), float(a)) for r, a in zip(rollouts, advantages)]
-        ref = (
-            reference_logprobs(policy, reference, sequences, masks, pad_id, args.micro_batch_size, args.temperature)
-            if args.kl_coef > 0
-            else None
-        )
-        old = (
-            batched_logprobs(policy, sequences, masks, pad_id, args.micro_batch_size, args.temperature)
-            if args.update_epochs > 1
-            else None
-        )
+        per_token = {"advantages": [torch.full((len(r.tokens),), float(a)) for r, a in zip(rollouts, advantages)]}
+        common = dict(temperature=args.temperature, precision=args.precision, progress=progress)
+        if args.kl_coef > 0:
+            per_token["ref_logp"] = reference_logprobs(
+                policy, setup.reference, sequences, masks, pad_id, args.micro_batch_size, **common
+            )
+        if args.update_epochs > 1:
+            per_token["old_logp"] = batched_logprobs(policy, sequences, masks, pad_id, args.micro_batch_size, **common)
         for _ in range(args.update_epochs):
-            update = ppo_update(
+            update = gradient_step(
                 policy,
-                optimizer,
+                setup.optimizer,
                 sequences,
                 masks,
-                token_advantages,
                 pad_id,
-                clip_coef=args.clip_coef,
-                kl_coef=args.kl_coef,
-                ref_logps=ref,
-                old_logps=old,
+                loss_fn,
+                per_token=per_token,
                 micro_batch_size=args.micro_batch_size,
-                temperature=args.temperature,
                 max_grad_norm=args.max_grad_norm,
-                loss_aggregation=args.loss_aggregation,
+                aggregation=args.loss_aggregation,
+                **common,
             )
 
         high = [r.reward for r, t in zip(rollouts, tokens) if t == HIGH_REWARD]
         low = [r.reward for r, t in zip(rollouts, tokens) if t == LOW_REWARD]
-        metrics = train_metrics(rollouts, rewards, timing, update) | {
+        metrics = rollout_metrics(rollouts, rewards, timing) | {
+            "losses/policy_loss": update["loss"],
+            "losses/kl": update.get("kl", 0.0),
+            "losses/clipfrac": update["clipfrac"],
+            "losses/approx_kl": update["approx_kl"],
+            "losses/grad_norm": update["grad_norm"],
             "charts/learning_rate": args.learning_rate,
             "rc_grpo/high_token_fraction": len(high) / len(tokens),
+            "time/iteration_seconds": time.perf_counter() - started,
+            "time/iteration_cpu_seconds": time.process_time() - cpu_started,
         }
         if high:
             metrics["rc_grpo/success_high"] = sum(high) / len(high)
         if low:
             metrics["rc_grpo/success_low"] = sum(low) / len(low)
         if args.eval_every and iteration % args.eval_every == 0 and iteration < args.total_timesteps:
-            metrics |= test_metrics(policy, tokenizer, test_tasks, args, args.token_separator + HIGH_REWARD)
+            started, cpu_started = time.perf_counter(), time.process_time()
+            metrics |= evaluate_held_out(
+                policy,
+                tokenizer,
+                family,
+                args.eval_episodes,
+                eval_settings,
+                first_user_suffix=args.token_separator + HIGH_REWARD,
+                progress=progress,
+            )
+            metrics["time/eval_seconds"] = time.perf_counter() - started
+            metrics["time/eval_cpu_seconds"] = time.process_time() - cpu_started
         run.log(iteration, metrics)
         run.progress(iteration, metrics["charts/success_rate"])
         if run.checkpoint_due(iteration) or iteration == args.total_timesteps:
-            save_policy_checkpoint(run, iteration, policy, optimizer)
-    finish(args, run, policy, tokenizer, test_tasks, args.total_timesteps)
-
-
-def finish(args: Args, run: Run, policy, tokenizer, test_tasks, final_step: int) -> None:
-    if args.eval_episodes > 0:
-        metrics = test_metrics(policy, tokenizer, test_tasks, args, args.token_separator + HIGH_REWARD)
-        run.log(final_step, metrics)
-        print(
-            f"held-out success over {args.eval_episodes} tasks (conditioned on {HIGH_REWARD}): "
-            f"{metrics['charts/test_success_rate']:.3f}"
-        )
-    if args.save_model and final_step > 0:
-        export_model(run, policy, tokenizer)
-    run.close()
+            save_policy_checkpoint(run, iteration, policy, setup.optimizer)
+    finish(
+        run,
+        policy,
+        tokenizer,
+        family,
+        max(args.total_timesteps, setup.start_iteration - 1),
+        eval_episodes=args.eval_episodes,
+        eval_settings=eval_settings,
+        save_model=args.save_model and args.total_timesteps > 0,
+        first_user_suffix=args.token_separator + HIGH_REWARD,
+        progress=progress,
+    )
 
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
-    if args.stage not in ("rctp", "rl"):
-        raise SystemExit(f"--stage must be rctp or rl, got {args.stage!r}")
+    if not args.require_gold_calls:
+        raise SystemExit("RC-GRPO's success requires the gold calls; --no-require-gold-calls is for grpo.py and turnsight.py")
+    args.validate()
     if not args.exp_name:
         args.exp_name = f"rc_grpo_{args.stage}"
     if args.stage == "rctp" and not args.resume:
         examples = args.rctp_trajectories if not args.rctp_data else len(Path(args.rctp_data).read_text().splitlines())
-        args.total_timesteps = args.rctp_epochs * math.ceil(examples / args.rctp_batch_size)  # upper bound; see rctp_dataset
+        args.total_timesteps = args.rctp_epochs * math.ceil(examples / args.rctp_batch_size)  # upper bound; see run_rctp
     run = Run(args, agent_file=__file__)
     run_rctp(run.args, run) if run.args.stage == "rctp" else run_rc_grpo(run.args, run)

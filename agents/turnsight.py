@@ -1,11 +1,13 @@
-"""TurnSight: turn-level hindsight self-distillation on top of multi-turn GRPO.
+"""TurnSight: turn-level hindsight credit on top of multi-turn GRPO.
 
-    python agents/turnsight.py                                   # SmolLM2-135M-Instruct (offline)
-    python agents/turnsight.py --lam 0.5 --eps-w 0.5 --horizons 1 2 3
+    python agents/turnsight.py --env python-math                 # tool-integrated reasoning, SmolLM2-135M-Instruct (offline)
+    python agents/turnsight.py --env tools:bank --lam 0.5 --eps-w 0.5 --horizons 1 2 3
 
-Qu et al. (docs/algorithms.md#turnsight). GRPO gives every token of an episode the same advantage A.
-TurnSight asks, per turn, how much the rollout's own future explains what the policy wrote, and
-reweights A turn by turn without ever changing its sign:
+Qu et al. (2026), TurnSight, arXiv:2608.04007 (docs/algorithms.md#turnsight). GRPO gives every
+token of an episode the same advantage A. TurnSight asks, per turn, how much the rollout's own future explains what the policy
+wrote, and reweights A turn by turn without ever changing its sign. Its natural home is
+multi-turn tool-integrated reasoning (``--env python-math``: the model runs Python in a sandbox
+and sees the output before its next message); it runs on the tool suites alone as well.
 
 1. Hindsight block of horizon d for turn k: the calls (assistant messages) and tool outputs of
    turns k .. min(k+d-1, K) of the same rollout. A "turn" is one assistant message and the tool
@@ -19,34 +21,42 @@ reweights A turn by turn without ever changing its sign:
 6. ``w = 1 + eps_w tanh(sign(A) z)``, ``A' = A ((1 - lam) + lam w)``, lam = eps_w = 0.5: w stays in
    [1 - eps_w, 1 + eps_w] and the factor is positive, so A' has the sign of A.
 
+The base advantage and loss are GRPO's: ``A = (R - mean_g R) / (std_g R + eps)`` and, per policy
+token t, ``l_t = -min(r_t A'_t, clip(r_t, 1 - c, 1 + c) A'_t)`` with A'_t the modulated advantage
+of the token's turn (no KL term by default), averaged per rollout, then over rollouts.
+
 Paper setup as defaults: 16 rollouts per task, at most 10 turns, temperature 1.0, no KL.
 Choices not fixed by the paper (flags or stated here): the hindsight block is given to the
 teacher as one extra user message after the context (``hindsight_header``), tool outputs in it
 are cut to ``hindsight_max_chars``; groups with zero advantage skip the teacher passes (their A'
-is 0 whatever w is). Logged: ``turnsight/weight_mean|std|min|max``, the agreement fraction and
-the chosen horizons, with GRPO's metrics.
+is 0 whatever w is); tokens outside any turn (none are trained) keep A. Logged:
+``turnsight/weight_mean|std|min|max``, the agreement fraction and the chosen horizons, with
+GRPO's metrics.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import tyro
-from grpo import test_metrics, train_metrics
 
 from cleanrl_style import Run
-from cleanrl_style.llm_losses import batched_logprobs, group_advantages, ppo_update
-from cleanrl_style.llm_rollout import (
-    LLMRunArgs,
-    Rollout,
-    chat_template_text,
-    collect_group_rollouts,
-    encode,
-    make_task_set,
-    task_ids_of,
+from cleanrl_style.llm.args import LLMRunArgs
+from cleanrl_style.llm.progress import WorkProgress
+from cleanrl_style.llm.rollout import Rollout, chat_template_text, collect_groups, encode, evaluate_held_out
+from cleanrl_style.llm.tokens import TokenLoss, batched_logprobs, gradient_step
+from cleanrl_style.llm.train import (
+    build_policy,
+    finish,
+    iteration_seed,
+    reference_logprobs,
+    rollout_metrics,
+    sample_groups,
+    save_policy_checkpoint,
 )
-from cleanrl_style.llm_train import build_policy, export_model, reference_logprobs, sample_groups, save_policy_checkpoint
 
 
 @dataclass
@@ -73,7 +83,7 @@ class Args(LLMRunArgs):
     """KL to the initial model (paper: none)"""
     adv_eps: float = 1e-6
     """eps in (R - mean) / (std + eps)"""
-    loss_aggregation: str = "sequence"
+    loss_aggregation: Literal["sequence", "token"] = "sequence"
     """sequence or token averaging of the loss"""
     save_model: bool = True
     """write runs/<run>/model at the end"""
@@ -130,7 +140,13 @@ def hindsight_message(rollout: Rollout, k: int, d: int, args: Args) -> dict[str,
 
 
 def turn_scores(
-    policy, reference, tokenizer, rollouts: list[Rollout], student: list[torch.Tensor], args: Args
+    policy,
+    reference,
+    tokenizer,
+    rollouts: list[Rollout],
+    student: list[torch.Tensor],
+    args: Args,
+    progress: WorkProgress | None = None,
 ) -> list[torch.Tensor]:
     """Per rollout, a (turns, horizons) tensor: the mean over each turn's policy tokens of
     ``log pi_ref(y | context + hindsight_d) - log pi_theta(y | context)``.
@@ -153,7 +169,16 @@ def turn_scores(
                 masks.append([False] * len(prefix) + [True] * len(y))
     teacher = (
         reference_logprobs(
-            policy, reference, sequences, masks, tokenizer.pad_token_id, args.micro_batch_size, args.temperature
+            policy,
+            reference,
+            sequences,
+            masks,
+            tokenizer.pad_token_id,
+            args.micro_batch_size,
+            temperature=args.temperature,
+            precision=args.precision,
+            progress=progress,
+            stage_name="hindsight teacher log-probs",
         )
         if sequences
         else []
@@ -173,7 +198,14 @@ def turn_scores(
 
 
 def turnsight_advantages(
-    policy, reference, tokenizer, rollouts: list[Rollout], advantages: torch.Tensor, num_groups: int, args: Args
+    policy,
+    reference,
+    tokenizer,
+    rollouts: list[Rollout],
+    advantages: torch.Tensor,
+    num_groups: int,
+    args: Args,
+    progress: WorkProgress | None = None,
 ) -> tuple[list[torch.Tensor], dict[str, float]]:
     """Token advantages (one (len_i,) tensor per rollout): each turn's tokens get ``A'`` of that turn."""
     token_adv = [torch.full((len(r.tokens),), float(a)) for r, a in zip(rollouts, advantages)]
@@ -188,9 +220,12 @@ def turnsight_advantages(
             [r.policy_mask for r in picked],
             tokenizer.pad_token_id,
             args.micro_batch_size,
-            args.temperature,
+            temperature=args.temperature,
+            precision=args.precision,
+            progress=progress,
+            stage_name="student log-probs",
         )
-        scores = dict(zip(active, turn_scores(policy, reference, tokenizer, picked, student, args)))
+        scores = dict(zip(active, turn_scores(policy, reference, tokenizer, picked, student, args, progress)))
         for g in range(num_groups):
             members = [i for i in range(g * size, (g + 1) * size) if i in scores and len(rollouts[i].turns) > 0]
             if not members:
@@ -227,58 +262,123 @@ def turnsight_advantages(
     return token_adv, stats
 
 
+# ---- GRPO's advantage and loss, with the turn-level advantages in place of the episode's -------------
+
+
+def group_advantages(rewards: torch.Tensor, eps: float) -> torch.Tensor:
+    """``(R_j - mean_g) / (std_g + eps)`` within each group; ``rewards`` (groups, G), sample std."""
+    centered = rewards - rewards.mean(dim=1, keepdim=True)
+    if rewards.shape[1] < 2:
+        return centered
+    return centered / (rewards.std(dim=1, keepdim=True) + eps)
+
+
+def clipped_token_loss(clip_coef: float, kl_coef: float) -> TokenLoss:
+    """The clipped surrogate on per-token (per-turn) advantages, plus an optional KL estimate."""
+
+    def loss(logp: torch.Tensor, extras: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        advantages = extras["advantages"]
+        log_ratio = logp - logp.detach()  # one step per batch: the ratio is 1, its gradient the policy gradient
+        ratio = log_ratio.exp()
+        per_token = -torch.min(ratio * advantages, ratio.clamp(1 - clip_coef, 1 + clip_coef) * advantages)
+        stats = {"clipfrac": ((ratio - 1).abs() > clip_coef).float(), "approx_kl": (ratio - 1) - log_ratio}
+        if "ref_logp" in extras:
+            d = extras["ref_logp"] - logp
+            kl = d.exp() - d - 1
+            per_token = per_token + kl_coef * kl
+            stats["kl"] = kl
+        return per_token, stats
+
+    return loss
+
+
 if __name__ == "__main__":
     args = tyro.cli(Args)
     if not 0 <= args.lam * args.eps_w < 1:
         raise SystemExit("lam * eps_w must be in [0, 1) so that the modulation never flips an advantage's sign")
+    args.validate()
     run = Run(args, agent_file=__file__)
     args = run.args
-    policy, tokenizer, reference, optimizer, start = build_policy(args, run)
-    pad_id = tokenizer.pad_token_id
-    train_tasks, test_tasks = make_task_set(args, "train"), make_task_set(args, "test")
-    train_ids = task_ids_of(train_tasks)
+    setup = build_policy(
+        args.model,
+        args.device,
+        args.learning_rate,
+        weight_decay=args.weight_decay,
+        lora_rank=args.lora_rank,
+        lora_alpha=args.lora_alpha,
+        checkpoint=run.checkpoint,
+    )
+    policy, tokenizer, pad_id = setup.policy, setup.tokenizer, setup.tokenizer.pad_token_id
+    family, settings, eval_settings = args.task_family(), args.rollout_settings(), args.eval_settings()
+    progress = WorkProgress(bar=args.progress_bar)
+    loss_fn = clipped_token_loss(args.clip_coef, args.kl_coef)
 
-    for iteration in range(start, args.total_timesteps + 1):
-        tasks = sample_groups(train_ids, args.groups_per_step, args.seed, iteration)
-        rollouts, timing, rewards = collect_group_rollouts(policy, tokenizer, train_tasks, tasks, args, iteration)
+    for iteration in range(setup.start_iteration, args.total_timesteps + 1):
+        started, cpu_started = time.perf_counter(), time.process_time()
+        progress.prefix = f"iteration {iteration}/{args.total_timesteps}"
+        tasks = sample_groups(family.train_ids, args.groups_per_step, args.seed, iteration)
+        seed = iteration_seed(args.seed, iteration)
+        rollouts, timing, rewards = collect_groups(
+            policy, tokenizer, family, tasks, args.group_size, settings, seed=seed, progress=progress
+        )
         advantages = group_advantages(rewards, args.adv_eps).flatten()
-        token_advantages, ts_stats = turnsight_advantages(policy, reference, tokenizer, rollouts, advantages, len(tasks), args)
+        token_advantages, ts_stats = turnsight_advantages(
+            policy, setup.reference, tokenizer, rollouts, advantages, len(tasks), args, progress
+        )
 
         sequences, masks = [r.tokens for r in rollouts], [r.policy_mask for r in rollouts]
-        ref = (
-            reference_logprobs(policy, reference, sequences, masks, pad_id, args.micro_batch_size, args.temperature)
-            if args.kl_coef > 0
-            else None
-        )
-        update = ppo_update(
+        per_token = {"advantages": token_advantages}
+        common = dict(temperature=args.temperature, precision=args.precision, progress=progress)
+        if args.kl_coef > 0:
+            per_token["ref_logp"] = reference_logprobs(
+                policy, setup.reference, sequences, masks, pad_id, args.micro_batch_size, **common
+            )
+        update = gradient_step(
             policy,
-            optimizer,
+            setup.optimizer,
             sequences,
             masks,
-            token_advantages,
             pad_id,
-            clip_coef=args.clip_coef,
-            kl_coef=args.kl_coef,
-            ref_logps=ref,
+            loss_fn,
+            per_token=per_token,
             micro_batch_size=args.micro_batch_size,
-            temperature=args.temperature,
             max_grad_norm=args.max_grad_norm,
-            loss_aggregation=args.loss_aggregation,
+            aggregation=args.loss_aggregation,
+            **common,
         )
 
-        metrics = train_metrics(rollouts, rewards, timing, update) | ts_stats | {"charts/learning_rate": args.learning_rate}
+        metrics = (
+            rollout_metrics(rollouts, rewards, timing)
+            | ts_stats
+            | {
+                "losses/policy_loss": update["loss"],
+                "losses/kl": update.get("kl", 0.0),
+                "losses/clipfrac": update["clipfrac"],
+                "losses/approx_kl": update["approx_kl"],
+                "losses/grad_norm": update["grad_norm"],
+                "charts/learning_rate": args.learning_rate,
+                "time/iteration_seconds": time.perf_counter() - started,
+                "time/iteration_cpu_seconds": time.process_time() - cpu_started,
+            }
+        )
         if args.eval_every and iteration % args.eval_every == 0 and iteration < args.total_timesteps:
-            metrics |= test_metrics(policy, tokenizer, test_tasks, args)
+            started, cpu_started = time.perf_counter(), time.process_time()
+            metrics |= evaluate_held_out(policy, tokenizer, family, args.eval_episodes, eval_settings, progress=progress)
+            metrics["time/eval_seconds"] = time.perf_counter() - started
+            metrics["time/eval_cpu_seconds"] = time.process_time() - cpu_started
         run.log(iteration, metrics)
         run.progress(iteration, metrics["charts/success_rate"])
         if run.checkpoint_due(iteration) or iteration == args.total_timesteps:
-            save_policy_checkpoint(run, iteration, policy, optimizer)
+            save_policy_checkpoint(run, iteration, policy, setup.optimizer)
 
-    final_step = max(args.total_timesteps, start - 1)
-    if args.eval_episodes > 0:
-        metrics = test_metrics(policy, tokenizer, test_tasks, args)
-        run.log(final_step, metrics)
-        print(f"held-out success over {args.eval_episodes} tasks: {metrics['charts/test_success_rate']:.3f}")
-    if args.save_model and args.total_timesteps > 0:
-        export_model(run, policy, tokenizer)
-    run.close()
+    finish(
+        run,
+        policy,
+        tokenizer,
+        family,
+        max(args.total_timesteps, setup.start_iteration - 1),
+        eval_episodes=args.eval_episodes,
+        eval_settings=eval_settings,
+        save_model=args.save_model and args.total_timesteps > 0,
+        progress=progress,
+    )

@@ -10,9 +10,10 @@ from cleanrl_style.flat_params import FlatParameters
 from cleanrl_style.layers import SimbaBlock, SimbaEncoder, layer_init, mlp
 from cleanrl_style.nap import NormProjector
 from cleanrl_style.normalization import RewardScaler, RunningNorm
-from cleanrl_style.run import Run, RunArgs, args_from_dict
+from cleanrl_style.run import BaseRunArgs, Run, RunArgs, args_from_dict
 
 __all__ = [
+    "BaseRunArgs",
     "EpisodeStats",
     "FlatParameters",
     "NormProjector",

@@ -42,7 +42,6 @@ def flag(name: str) -> str:
 # Fields shared by several agents, checked wherever present.
 _AT_LEAST_ONE = (
     "num_envs",
-    "total_timesteps",
     "checkpoint_every",
     "num_steps",
     "num_minibatches",
@@ -66,6 +65,10 @@ def check_args(args: Any) -> None:
         if name in fields:
             value = getattr(args, name)
             require(value >= 1, f"{flag(name)} {value}: must be at least 1")
+    if "total_timesteps" in fields:
+        # The LLM agents count iterations and take 0 for an evaluation of the starting model.
+        least = getattr(args, "min_total_timesteps", 1)
+        require(args.total_timesteps >= least, f"--total-timesteps {args.total_timesteps}: must be at least {least}")
     for name in _AT_LEAST_ZERO:
         if name in fields:
             value = getattr(args, name)

@@ -1,6 +1,6 @@
 """What every training run needs besides its algorithm: arguments, folder, logs, checkpoints, resume.
 
-An agent's ``Args`` dataclass extends :class:`RunArgs`; the agent then does::
+An agent's ``Args`` dataclass extends :class:`RunArgs` (vector-env agents) or :class:`BaseRunArgs`; the agent then does::
 
     args = tyro.cli(Args)
     run = Run(args, agent_file=__file__)     # resolves --resume, seeds, opens logs
@@ -19,6 +19,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import re
 import sys
 import time
 import warnings
@@ -50,15 +51,11 @@ RUNS_DIR = Path(os.environ.get("CLEANRL_STYLE_RUNS", "runs"))
 
 
 @dataclass
-class RunArgs:
+class BaseRunArgs:
     """Plumbing flags shared by every agent (the algorithm's own flags live in the agent file)."""
 
     env: str = "Humanoid"
     """environment: a short name (Humanoid, Ant, Hopper, ...) or any registered Gymnasium id"""
-    num_envs: int = 1
-    """number of parallel sub-environments"""
-    backend: str = "auto"
-    """vector-env backend: auto (the fastest that supports the env), gymnasium, mujoco, envpool, warp"""
     seed: int = 1
     """seed of the run (environments, networks, sampling)"""
     total_timesteps: int = 1_000_000
@@ -86,20 +83,9 @@ class RunArgs:
     """show a progress bar on the terminal (without one, plain progress lines are printed instead)"""
     progress_every: float = 30.0
     """seconds between two plain progress lines, printed when there is no bar (log files, sweeps); 0: none"""
-    capture_video: bool = False
-    """film the deterministic policy into runs/<run>/videos/*.mp4 and TensorBoard: at the start, every
-    --video-every training episodes, and at the end (off-screen MuJoCo rendering, MUJOCO_GL=egl by default)"""
-    video_every: int = 1000
-    """with --capture-video: training episodes (all sub-environments together) between two videos"""
-    video_size: tuple[int, int] = (256, 256)
-    """with --capture-video: width and height of the videos in pixels (even numbers)"""
     precision: Literal["fp32", "bf16"] = "fp32"
     """arithmetic of the networks' forward and backward passes: fp32, or bf16 autocast (weights,
     gradients and optimizer state stay float32; on CPUs with AVX-512 BF16 or AMX, and on GPUs)"""
-    compile: Literal["auto", "on", "off"] = "auto"
-    """torch.compile the update step (a one-off compile of 10-60 s at the first update, then cheaper
-    updates; falls back to eager with a warning if the toolchain cannot compile). auto: the agent's
-    own rule, stated in its docstring"""
 
     # Flags a resumed run may change (recorded in its args.json); any other flag that differs
     # from the saved run's is refused. A larger --total-timesteps extends a run.
@@ -107,6 +93,27 @@ class RunArgs:
         {"total_timesteps", "checkpoint_every", "eval_episodes", "progress_bar", "progress_every", "torch_threads", "device",
          "backend", "compile", "track", "wandb_project", "capture_video", "video_every", "video_size", "resume"}
     )  # fmt: skip
+
+
+@dataclass
+class RunArgs(BaseRunArgs):
+    """The flags of the agents on vector environments (``envs.make``)."""
+
+    num_envs: int = 1
+    """number of parallel sub-environments"""
+    backend: str = "auto"
+    """vector-env backend: auto (the fastest that supports the env), gymnasium, mujoco, envpool, warp"""
+    capture_video: bool = False
+    """film the deterministic policy into runs/<run>/videos/*.mp4 and TensorBoard: at the start, every
+    --video-every training episodes, and at the end (off-screen MuJoCo rendering, MUJOCO_GL=egl by default)"""
+    video_every: int = 1000
+    """with --capture-video: training episodes (all sub-environments together) between two videos"""
+    video_size: tuple[int, int] = (256, 256)
+    """with --capture-video: width and height of the videos in pixels (even numbers)"""
+    compile: Literal["auto", "on", "off"] = "auto"
+    """torch.compile the update step (a one-off compile of 10-60 s at the first update, then cheaper
+    updates; falls back to eager with a warning if the toolchain cannot compile). auto: the agent's
+    own rule, stated in its docstring"""
 
 
 def args_from_dict(args_class: type, saved: dict[str, Any]) -> Any:
@@ -207,7 +214,8 @@ class Run:
             if not args.exp_name:
                 args = dataclasses.replace(args, exp_name=Path(agent_file).stem)
             check_args(args)
-            name = f"{args.env}__{args.exp_name}__{args.seed}__{int(time.time())}"
+            env_name = re.sub(r"[:/ ]", "-", args.env)  # module:EnvId, text/ToolUse-v0, tools:bank
+            name = f"{env_name}__{args.exp_name}__{args.seed}__{int(time.time())}"
             self.dir = Path(args.run_dir) if args.run_dir else RUNS_DIR / name
             if (self.dir / CHECKPOINT_NAME).exists():
                 raise UsageError(
@@ -251,7 +259,7 @@ class Run:
         self._progress = Progress(args.total_timesteps, self.start_step, bar=args.progress_bar, every=args.progress_every)
         self.video: VideoRecorder | None = None
         self._watched: tuple[Any, Any] | None = None
-        if args.capture_video:  # checked now: a machine that cannot render fails before training
+        if getattr(args, "capture_video", False):  # checked now: a machine that cannot render fails before training
             self.video = VideoRecorder(args.env, self.dir / "videos", *args.video_size)
         self._last_checkpoint_step = self.start_step
         self._sps_mark = (time.time(), self.start_step)

@@ -1,6 +1,6 @@
 """A tiny randomly initialized causal LM for the LLM tests: nothing is downloaded.
 
-The tokenizer is SmolLM2's, from the converted cache of ``cleanrl_style.llm_model`` when that
+The tokenizer is SmolLM2's, from the converted cache of ``cleanrl_style.llm.model`` when that
 exists on the machine; otherwise a small byte-level BPE is trained here on the environment's own
 text, with a ChatML template. The model is a 2-layer Llama built from a config.
 """
@@ -19,7 +19,7 @@ CHATML = (
 
 def cached_smollm2_tokenizer_dir() -> Path | None:
     try:
-        from cleanrl_style.llm_model import converted_cache_dir, default_model_dir, find_gguf
+        from cleanrl_style.llm.model import converted_cache_dir, default_model_dir, find_gguf
 
         gguf = find_gguf(default_model_dir())
         folder = converted_cache_dir(gguf) if gguf else None

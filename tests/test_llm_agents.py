@@ -1,12 +1,15 @@
-"""Each LLM agent end to end with a tiny random model: a couple of iterations, a checkpoint, a kill, a resume.
+"""Each LLM agent end to end with a tiny random model: every --env family, bf16, RCTP then RC-GRPO from its
+model, and (slow) a kill after the first checkpoint and a resume to the end.
 
-The tiny model (tests/llm_tiny_model.py) is written to a folder and passed as ``--model``; tasks are
-one suite's base variant, messages a few tokens, so an iteration takes seconds.
+The tiny model (tests/llm_tiny_model.py) is written to a folder and passed as ``--model``; messages are a
+few tokens, so an iteration takes seconds (most of a run is starting Python and loading the model).
 """
 
 from __future__ import annotations
 
 import csv
+import json
+import math
 
 import pytest
 
@@ -18,8 +21,6 @@ from llm_tiny_model import save_tiny_model  # noqa: E402
 from cleanrl_style.checkpoint import load_checkpoint  # noqa: E402
 
 SMALL = (
-    "--suites",
-    "bank",
     "--variants",
     "base",
     "--max-new-tokens",
@@ -45,6 +46,63 @@ def progress_steps(run_dir, metric):
         return [int(row["step"]) for row in csv.DictReader(f) if row["metric"] == metric]
 
 
+def progress_values(run_dir, metric):
+    with open(run_dir / "progress.csv", newline="") as f:
+        return [float(row["value"]) for row in csv.DictReader(f) if row["metric"] == metric]
+
+
+@pytest.mark.parametrize(
+    "agent,env,precision,flags",
+    [
+        ("grpo", "tools:bank+travel", "bf16", ()),
+        ("grpo", "python-math", "fp32", ()),
+        ("turnsight", "python-math", "bf16", ()),
+        ("rc_grpo", "tools:bank", "bf16", ("--stage", "rl")),
+    ],
+)
+def test_agent_runs_on_each_env_family(agent, env, precision, flags, tiny_model_dir, tmp_path):
+    run_dir = tmp_path / agent
+    run_agent(
+        agent,
+        run_dir,
+        "--env",
+        env,
+        "--precision",
+        precision,
+        "--model",
+        str(tiny_model_dir),
+        "--total-timesteps",
+        "1",
+        "--group-size",
+        "2",
+        "--groups-per-step",
+        "2",
+        *SMALL,
+        *flags,
+    )
+    assert json.loads((run_dir / "args.json").read_text())["env"] == env
+    assert progress_steps(run_dir, "charts/zero_variance_fraction") == [1]
+    assert progress_steps(run_dir, "charts/test_success_rate") == [1]
+    assert all(math.isfinite(v) for v in progress_values(run_dir, "losses/policy_loss"))
+    assert progress_values(run_dir, "charts/generated_tokens")[0] > 0
+    assert load_checkpoint(run_dir)["iteration"] == 1
+    assert (run_dir / "model" / "config.json").exists()
+
+
+def test_a_bad_env_name_is_refused_before_a_run_folder_is_made(tiny_model_dir, tmp_path):
+    import subprocess
+
+    from agent_runs import agent_command
+
+    proc = subprocess.run(
+        agent_command("grpo", tmp_path / "r", "--env", "tools:bnak", "--model", str(tiny_model_dir)),
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode != 0 and "did you mean 'bank'" in proc.stderr and not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "agent,flags",
     [
@@ -56,7 +114,7 @@ def progress_steps(run_dir, metric):
 def test_agent_survives_a_kill_and_resumes_to_the_end(agent, flags, tiny_model_dir, tmp_path):
     run_dir = tmp_path / agent
     run_until_first_checkpoint_then_kill(
-        agent, run_dir, "--model", str(tiny_model_dir), "--total-timesteps", "2", *SMALL, *flags
+        agent, run_dir, "--env", "tools:bank", "--model", str(tiny_model_dir), "--total-timesteps", "2", *SMALL, *flags
     )
     resume_agent(agent, run_dir)
     assert progress_steps(run_dir, "charts/zero_variance_fraction") == [1, 2]  # none lost, none twice
@@ -70,6 +128,10 @@ def test_rctp_then_rc_grpo_from_its_model(tiny_model_dir, tmp_path):
     run_agent(
         "rc_grpo",
         rctp,
+        "--env",
+        "tools:bank",
+        "--precision",
+        "bf16",
         "--stage",
         "rctp",
         "--model",
@@ -88,6 +150,8 @@ def test_rctp_then_rc_grpo_from_its_model(tiny_model_dir, tmp_path):
     run_agent(
         "rc_grpo",
         rl,
+        "--env",
+        "tools:bank",
         "--stage",
         "rl",
         "--model",

@@ -1,23 +1,37 @@
-"""RC-GRPO's reward tokens and TurnSight's advantage modulation, on hand-made inputs and a tiny model."""
+"""The algorithms in the agent files: GRPO's advantages and clipped loss, RC-GRPO's reward, reward tokens and
+RCTP data, TurnSight's advantage modulation; on hand-made inputs and a tiny model. Also: no agent imports another."""
 
 from __future__ import annotations
 
+import ast
+import math
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 pytest.importorskip("transformers")
 
+import grpo  # noqa: E402
 import rc_grpo  # noqa: E402
 import turnsight  # noqa: E402
 from llm_tiny_model import build_tiny_model, build_tokenizer  # noqa: E402
 
-from cleanrl_style.llm_model import add_special_tokens  # noqa: E402
-from cleanrl_style.llm_rollout import collect_rollouts, encode  # noqa: E402
-from envs.text import TaskSet  # noqa: E402
+from cleanrl_style.llm.generation import Sampling  # noqa: E402
+from cleanrl_style.llm.model import add_special_tokens  # noqa: E402
+from cleanrl_style.llm.rollout import EpisodeLimits, RolloutSettings, collect_rollouts, encode  # noqa: E402
+from cleanrl_style.llm.train import group_reward_statistics  # noqa: E402
+from envs.text import ToolCall, format_calls  # noqa: E402
+from envs.text.families import make_task_family  # noqa: E402
+from envs.text.tasks import Task, Turn  # noqa: E402
 
 HIGH, LOW = rc_grpo.HIGH_REWARD, rc_grpo.LOW_REWARD
+REPO = Path(__file__).resolve().parents[1]
+LLM_AGENTS = ("grpo", "rc_grpo", "turnsight")
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +41,124 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def tasks():
-    return TaskSet(num_tasks=60, seed=0, suite_groups=[("bank",)], variants=("base",), split="train")
+    return make_task_family("tools:bank", num_tasks=60, variants=("base",))
+
+
+def sampled(max_new_tokens, messages, greedy=False):
+    return RolloutSettings(Sampling(max_new_tokens=max_new_tokens, greedy=greedy), EpisodeLimits(messages, 4096))
+
+
+# ---- the agent files stand alone -------------------------------------------------------------------------
+
+
+def test_no_agent_file_imports_another():
+    agents = {p.stem for p in (REPO / "agents").glob("*.py")}
+    for path in (REPO / "agents").glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module.split(".")[0])
+        assert not imported & (agents - {path.stem}), f"{path.name} imports {imported & agents}"
+
+
+@pytest.mark.parametrize("agent", LLM_AGENTS)
+def test_each_llm_agent_imports_with_only_the_project_on_the_path(agent):
+    """As a module, from a folder that is not agents/: nothing but the project root on sys.path."""
+    code = (
+        "import runpy, sys\n"
+        "sys.path = [p for p in sys.path if not p.rstrip('/').endswith('agents')]\n"
+        f"runpy.run_path(r'{REPO / 'agents' / (agent + '.py')}', run_name='{agent}_alone')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO / "tests", env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+# ---- GRPO -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("agent", [grpo, rc_grpo, turnsight])
+def test_group_advantages_on_hand_made_rewards(agent):
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0]])
+    adv = agent.group_advantages(rewards, eps=0.0)
+    s = math.sqrt(3) / 2  # (1 - 0.5) / sqrt(1/3): sample std of [1,0,0,1] is sqrt(1/3)
+    torch.testing.assert_close(adv[0], torch.tensor([s, -s, -s, s]))
+    assert (agent.group_advantages(rewards, 1e-6)[1] == 0).all()  # equal rewards: no signal
+    torch.testing.assert_close(adv[2], torch.tensor([-0.5, -0.5, -0.5, 1.5]))  # mean 0.25, sample std 0.5
+
+
+def test_zero_variance_fraction_counts_groups_with_equal_rewards():
+    rewards = torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [0.0, 1.0, 0.0], [1.0, 0.0, 1.0]])
+    assert group_reward_statistics(rewards)["charts/zero_variance_fraction"] == 0.5
+    assert group_reward_statistics(torch.zeros(3, 5))["charts/zero_variance_fraction"] == 1.0
+    assert group_reward_statistics(torch.tensor([[1.0, 0.0], [1.0, 1.0]]))["charts/group_reward_std"] == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("agent", [grpo, rc_grpo])
+def test_clipped_loss_clips_the_ratio_and_kl_vanishes_at_the_reference(agent):
+    logp = torch.log(torch.tensor([[0.5, 0.5, 0.5]]))
+    old = torch.log(torch.tensor([[0.25, 0.5, 1.0]]))  # ratios 2, 1, 0.5
+    loss_fn = agent.clipped_token_loss(clip_coef=0.2, kl_coef=0.1)
+    loss, stats = loss_fn(logp, {"advantages": torch.tensor([[1.0, 1.0, -1.0]]), "old_logp": old, "ref_logp": logp})
+    torch.testing.assert_close(loss, torch.tensor([[-1.2, -1.0, 0.8]]))  # min(r A, clip(r) A), negated
+    torch.testing.assert_close(stats["clipfrac"], torch.tensor([[1.0, 0.0, 1.0]]))
+    assert (stats["kl"] == 0).all()
+    loss, stats = loss_fn(logp, {"advantages": torch.zeros(1, 3), "ref_logp": logp - 0.5})
+    d = torch.tensor(-0.5)
+    torch.testing.assert_close(stats["kl"], (d.exp() - d - 1).expand(1, 3))  # exp(d) - d - 1 with d = log pi_ref - log pi
+    torch.testing.assert_close(loss, 0.1 * stats["kl"])  # zero advantage: only the KL term
+
+
+def test_one_step_per_batch_gives_the_plain_policy_gradient():
+    logp = torch.log(torch.tensor([[0.2, 0.7]])).requires_grad_()
+    advantages = torch.tensor([[2.0, -1.0]])
+    loss, _ = grpo.clipped_token_loss(0.2, 0.0)(logp, {"advantages": advantages})
+    loss.sum().backward()
+    torch.testing.assert_close(logp.grad, -advantages)  # ratio 1: d/dlogp of -r A is -A
+
+
+# ---- RC-GRPO's reward -------------------------------------------------------------------------------------
+
+
+def transfer_task(amount: float) -> Task:
+    config = {"bank": {"accounts": {"checking": 500.0, "savings": 100.0}, "transactions": [], "next_transaction_id": 1}}
+    gold = ToolCall("transfer", {"source": "checking", "target": "savings", "amount": amount})
+    return Task(task_id=0, seed=0, suites=("bank",), variant="base", initial_config=config, turns=[Turn("Move it.", [gold])])
+
+
+def test_rc_grpo_reward_fails_a_wrong_argument_call_that_reaches_the_gold_state():
+    """A transfer of 100.004 rounds to the gold 100.00: same balances, same transaction id returned,
+    so the state and response checks pass; the arguments differ, so RC-GRPO's success fails."""
+    task = transfer_task(100.0)
+    wrong = format_calls([ToolCall("transfer", {"source": "checking", "target": "savings", "amount": 100.004})])
+    right = format_calls([ToolCall("transfer", {"source": "checking", "target": "savings", "amount": 100})])
+    rewards = {}
+    for require in (True, False):
+        env = make_task_family("tools:bank", num_tasks=10, require_gold_calls=require).make_env()
+        for name, message in (("wrong", wrong), ("right", right)):
+            env.reset(options={"task": task})
+            env.step(message)
+            _, reward, terminated, _, info = env.step("Done.")
+            assert terminated
+            rewards[require, name] = reward
+            verdict = info["turn_results"][0]
+            assert verdict["state_ok"] and verdict["response_ok"]
+            assert verdict["calls_match"] == (name == "right")
+    assert rewards[True, "wrong"] == 0.0 and rewards[True, "right"] == 1.0  # RC-GRPO's reward
+    assert rewards[False, "wrong"] == 1.0  # the state and response checks alone let it pass
+    assert rc_grpo.Args().require_gold_calls and grpo.Args().require_gold_calls and turnsight.Args().require_gold_calls
+
+
+def test_rc_grpo_refuses_to_run_without_the_gold_call_check(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "agents" / "rc_grpo.py"), "--no-require-gold-calls", "--run-dir", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.returncode != 0 and "gold calls" in proc.stderr and not (tmp_path / "r").exists()
 
 
 # ---- RC-GRPO ------------------------------------------------------------------------------------------
@@ -48,9 +179,9 @@ def test_rctp_data_is_one_to_one_and_each_token_sits_in_the_first_user_message(t
     tokenizer = build_tokenizer()  # a fresh one: adding tokens changes it
     model = build_tiny_model(tokenizer)
     high, low = add_special_tokens(model, tokenizer, [HIGH, LOW])
-    args = rc_grpo.Args(rctp_trajectories=12, seed=0)
-    sequences, masks, stats = rc_grpo.rctp_dataset(args, tokenizer, tasks)
-    assert len(sequences) == stats["rctp/trajectories"] >= 4
+    episodes = rc_grpo.scripted_episodes(tasks, 12, seed=0)
+    sequences, masks = rc_grpo.rctp_dataset(episodes, tokenizer, " ", 4096)
+    assert len(sequences) >= 4
     user_header = encode(tokenizer, "<|im_start|>user\n")
     labels = []
     for ids, mask in zip(sequences, masks):
@@ -76,13 +207,7 @@ def test_each_rollout_is_conditioned_on_its_own_token(tasks):
     high, low = add_special_tokens(model, tokenizer, [HIGH, LOW])
     tokens = [HIGH, LOW, LOW]
     rollouts, _ = collect_rollouts(
-        model,
-        tokenizer,
-        tasks,
-        [tasks.task_ids[0]] * 3,
-        first_user_suffixes=[" " + t for t in tokens],
-        max_new_tokens=3,
-        max_assistant_messages=1,
+        model, tokenizer, tasks, [tasks.train_ids[0]] * 3, sampled(3, 1), first_user_suffixes=[" " + t for t in tokens]
     )
     for r, token in zip(rollouts, tokens):
         wanted, other = (high, low) if token == HIGH else (low, high)
@@ -140,7 +265,7 @@ def test_weights_reward_hindsight_agreement_and_sharpen_penalties():
 
 def test_hindsight_block_holds_turns_k_to_k_plus_d_minus_1(tokenizer, tasks):
     model = build_tiny_model(tokenizer)
-    rollouts, _ = collect_rollouts(model, tokenizer, tasks, [tasks.task_ids[0]], max_new_tokens=3, max_assistant_messages=4)
+    rollouts, _ = collect_rollouts(model, tokenizer, tasks, [tasks.train_ids[0]], sampled(3, 4))
     r = rollouts[0]
     for j, turn in enumerate(r.turns):
         turn.content = f"CALLS-{j}"
@@ -152,10 +277,12 @@ def test_hindsight_block_holds_turns_k_to_k_plus_d_minus_1(tokenizer, tasks):
     assert "CALLS-3" in turnsight.hindsight_message(r, 3, 3, args)["content"]  # clipped at the last turn
 
 
-def test_turnsight_advantages_modulate_each_turn_without_flipping_signs(tokenizer, tasks):
+@pytest.mark.parametrize("env", ["tools:bank", "python-math"])
+def test_turnsight_advantages_modulate_each_turn_without_flipping_signs(tokenizer, env):
+    tasks = make_task_family(env, num_tasks=60, variants=("base",))
     policy, teacher = build_tiny_model(tokenizer, seed=0), build_tiny_model(tokenizer, seed=1)
-    ids = [tasks.task_ids[0]] * 3 + [tasks.task_ids[1]] * 3
-    rollouts, _ = collect_rollouts(policy, tokenizer, tasks, ids, max_new_tokens=4, max_assistant_messages=2)
+    ids = [tasks.train_ids[0]] * 3 + [tasks.train_ids[1]] * 3
+    rollouts, _ = collect_rollouts(policy, tokenizer, tasks, ids, sampled(4, 2))
     advantages = torch.tensor([1.0, -0.5, -0.5, 0.0, 0.0, 0.0])  # the second group has zero variance
     args = turnsight.Args(micro_batch_size=8)
     token_adv, stats = turnsight.turnsight_advantages(policy, teacher, tokenizer, rollouts, advantages, 2, args)

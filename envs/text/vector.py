@@ -13,7 +13,8 @@ Two ways to finish episodes:
 - ``autoreset=False`` (default, the usual shape of an LLM rollout: reset a group, step until
   every member is done): a finished env is not stepped again; its action is ignored (pass
   None) and it keeps returning its final observation and info with reward 0 and
-  ``info["already_done"] = True``. ``all_done`` says when the batch is finished.
+  ``info["already_done"] = True``. ``all_done`` says when the batch is finished;
+  ``end_episodes`` marks episodes that the caller cut short as finished too.
 - ``autoreset=True`` (for throughput and streaming data): a finished env is reset within the
   same step; the returned observation starts the new episode, and the finished episode's last
   observation and info are in ``info["final_observation"]`` and ``info["final_info"]``.
@@ -109,6 +110,13 @@ class TextVectorEnv:
             self.done |= terminated | truncated
         self._last = [(r[0], r[2], r[3], r[4]) for r in results]
         return [r[0] for r in results], rewards, terminated, truncated, [r[4] for r in results]
+
+    def end_episodes(self, indices: Sequence[int]) -> None:
+        """Treat these envs' episodes as finished although the envs did not end them (a collector's
+        length limit cut them short): they are not stepped again until the next reset."""
+        if self.autoreset:
+            raise RuntimeError("end_episodes needs autoreset=False (with autoreset, episodes continue into new ones)")
+        self.done[list(indices)] = True
 
     def close(self) -> None:
         if self._pool is not None:

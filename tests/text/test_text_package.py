@@ -17,7 +17,7 @@ def test_package_imports_and_registers_gymnasium_ids():
 
 
 def test_model_loader_names_the_install_command_when_the_package_is_missing(monkeypatch):
-    from cleanrl_style import llm_model
+    from cleanrl_style.llm import model as llm_model
 
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
@@ -28,7 +28,7 @@ def test_model_loader_names_the_install_command_when_the_package_is_missing(monk
 
 
 def test_model_loader_refuses_a_missing_local_path(tmp_path):
-    from cleanrl_style import llm_model
+    from cleanrl_style.llm import model as llm_model
 
     with pytest.raises(llm_model.ModelNotAvailableError):
         llm_model.load_causal_lm(str(tmp_path))  # an empty folder: no config, no .gguf

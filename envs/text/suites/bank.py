@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
-from envs.text.suites.base import ToolError, ToolSuite, read_only
+from envs.text.parsing import ToolCall
+from envs.text.suites.base import C, Draft, SuiteDefinition, ToolError, ToolSuite, World, read_only
+from envs.text.suites.words import money
 
 
 class Bank(ToolSuite):
@@ -112,3 +115,92 @@ class Bank(ToolSuite):
             raise ToolError("limit must be between 1 and 1000")
         mine = [dict(t) for t in self.transactions if account in (t["account"], t["counterpart"])]
         return mine[::-1][:limit]
+
+
+# ---- initial states and task templates (drawn by envs.text.tasks) ----------------------------
+
+ACCOUNTS = ["checking", "savings", "travel", "emergency", "groceries"]
+
+
+def initial_config(rng: random.Random, long: bool) -> dict[str, Any]:
+    """A task's initial state (``long``: the long-context variant's larger one)."""
+    names = rng.sample(ACCOUNTS, rng.randint(3, 4))
+    balances = sorted({money(rng, 300, 9000) for _ in range(len(names) + 2)})  # distinct balances
+    rng.shuffle(balances)
+    accounts = dict(zip(names, balances))
+    count = 800 if long else rng.randint(2, 5)
+    transactions = [
+        {
+            "id": f"T{i + 1:05d}",
+            "kind": rng.choice(["deposit", "withdrawal"]),
+            "account": rng.choice(names),
+            "amount": money(rng, 5, 400),
+            "counterpart": None,
+        }
+        for i in range(count)
+    ]
+    return {"accounts": accounts, "transactions": transactions, "next_transaction_id": count + 1}
+
+
+def bank_of(world: World) -> Any:
+    return world.suites["bank"]
+
+
+def bank_balance(rng: random.Random, world: World) -> Draft:
+    account = rng.choice(sorted(bank_of(world).accounts))
+    return Draft(f"What's the balance of my {account} account?", [C("get_balance", account=account)])
+
+
+def bank_transfer(rng: random.Random, world: World) -> Draft:
+    source, target = rng.sample(sorted(bank_of(world).accounts), 2)
+    amount = round(rng.uniform(10, bank_of(world).accounts[source] / 2), 2)
+    return Draft(
+        f"Transfer {amount} from {source} to {target}.",
+        [C("transfer", source=source, target=target, amount=amount)],
+        vague=f"Transfer some money from {source} to {target}.",
+        clarification=f"Transfer {amount}.",
+    )
+
+
+def bank_deposit(rng: random.Random, world: World) -> Draft:
+    account, amount = rng.choice(sorted(bank_of(world).accounts)), money(rng, 20, 900)
+    return Draft(
+        f"Deposit {amount} into my {account} account and tell me the new balance.",
+        [C("deposit", account=account, amount=amount)],
+        vague="Deposit my paycheck into my account.",
+        clarification=f"It's {amount}, into {account}.",
+    )
+
+
+def bank_withdraw(rng: random.Random, world: World) -> Draft:
+    account = rng.choice(sorted(bank_of(world).accounts))
+    amount = round(rng.uniform(5, bank_of(world).accounts[account] / 3), 2)
+    return Draft(f"Withdraw {amount} from {account}.", [C("withdraw", account=account, amount=amount)])
+
+
+def bank_history(rng: random.Random, world: World) -> Draft:
+    account = rng.choice(sorted(bank_of(world).accounts))
+    return Draft(
+        f"Show me the last 200 transactions of my {account} account.",
+        [C("list_transactions", account=account, limit=200)],
+        long_output=True,
+    )
+
+
+def distractor(config: dict[str, Any]) -> ToolCall:
+    """A call that always succeeds and always changes the state (the noisy policy's "extra call")."""
+    return ToolCall("deposit", {"account": sorted(config["accounts"])[0], "amount": 1.0})
+
+
+SUITE = SuiteDefinition(
+    tools=Bank,
+    initial_config=initial_config,
+    templates=(
+        bank_balance,
+        bank_transfer,
+        bank_deposit,
+        bank_withdraw,
+    ),
+    long_templates=(bank_history,),
+    distractor=distractor,
+)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import inspect
 import pickle
+import random
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from envs.text.parsing import ToolCall
@@ -205,3 +207,50 @@ class World:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> World:
         return World({k: copy_plain_data(v) for k, v in self.suites.items()})
+
+
+# ---- what a suite module declares for the task generator and the scripted policies -----------------
+
+
+@dataclass
+class Draft:
+    """A turn as a template writes it; ``vague``/``clarification`` allow the missing-parameter variant."""
+
+    user: str
+    calls: list[ToolCall]
+    vague: str | None = None
+    clarification: str | None = None
+    long_output: bool = False
+
+
+def C(tool: str, /, **arguments: Any) -> ToolCall:  # noqa: N802  (short: templates read like call lists)
+    return ToolCall(tool, arguments)
+
+
+Template = Callable[[random.Random, World], "Draft | None"]
+"""(rng, scratch world) -> the turn, or None when the template does not apply in this state."""
+
+
+@dataclass(frozen=True)
+class SuiteDefinition:
+    """One suite as ``envs.text.tasks`` and ``envs.text.policies`` use it.
+
+    Attributes:
+        tools: The ``ToolSuite`` class (its methods are the tools, its attributes the state).
+        initial_config: ``(rng, long) -> config`` of a task's initial state (``long``: the
+            long-context variant's much larger state).
+        templates: Turn templates for ordinary turns.
+        long_templates: Templates with long outputs, for the first turn of a long-context task.
+        distractor: ``initial config -> call`` that always succeeds and always changes the state
+            (the noisy policy's "extra call" mistake).
+    """
+
+    tools: type[ToolSuite]
+    initial_config: Callable[[random.Random, bool], dict[str, Any]]
+    templates: tuple[Template, ...]
+    long_templates: tuple[Template, ...]
+    distractor: Callable[[dict[str, Any]], ToolCall]
+
+    @property
+    def name(self) -> str:
+        return self.tools.name

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
-from envs.text.suites.base import ToolError, ToolSuite, read_only
+from envs.text.parsing import ToolCall
+from envs.text.suites.base import C, Draft, SuiteDefinition, ToolError, ToolSuite, World, read_only
+from envs.text.suites.words import number
 
 _MAX_MAGNITUDE = 1e300  # past this, results are inf/overflow: refuse instead of returning nonsense
 
@@ -140,3 +143,77 @@ class Calculator(ToolSuite):
     def memory_recall(self) -> float:
         """Return the value in memory."""
         return self.memory
+
+
+# ---- initial states and task templates (drawn by envs.text.tasks) ----------------------------
+
+
+def initial_config(rng: random.Random, long: bool) -> dict[str, Any]:
+    """A task's initial state (``long``: the long-context variant's larger one)."""
+    return {"memory": float(rng.randint(0, 50))}
+
+
+def calc_multiply(rng: random.Random, world: World) -> Draft:
+    a, b = number(rng), number(rng)
+    return Draft(f"What is {a} times {b}?", [C("multiply", a=a, b=b)])
+
+
+def calc_add_to_memory(rng: random.Random, world: World) -> Draft:
+    a, b = number(rng), number(rng)
+    return Draft(
+        f"Add {a} and {b}, then add the result to the memory.",
+        [C("add", a=a, b=b), C("memory_add", value=a + b)],
+        vague=f"Add {a} to some number, then add the result to the memory.",
+        clarification=f"The other number is {b}.",
+    )
+
+
+def calc_power_round(rng: random.Random, world: World) -> Draft:
+    base, exponent = round(rng.uniform(1.1, 3.0), 3), rng.randint(2, 6)
+    result = world.suites["calculator"].power(base, float(exponent))
+    return Draft(
+        f"Compute {base} to the power {exponent}, rounded to 2 decimal places.",
+        [C("power", base=base, exponent=float(exponent)), C("round_number", x=result, digits=2)],
+    )
+
+
+def calc_store(rng: random.Random, world: World) -> Draft:
+    a, b = number(rng), rng.choice([3.0, 4.0, 7.0, 8.0])
+    return Draft(
+        f"Divide {a} by {b} and store the result in memory.",
+        [C("divide", a=a, b=b), C("memory_store", value=a / b)],
+        vague=f"Divide {a} by something and store the result in memory.",
+        clarification=f"Divide it by {b}.",
+    )
+
+
+def calc_mean(rng: random.Random, world: World) -> Draft:
+    numbers = [number(rng) for _ in range(rng.randint(3, 6))]
+    return Draft(
+        f"What is the mean of {numbers}? And what is in the memory?", [C("mean", numbers=numbers), C("memory_recall")]
+    )
+
+
+def calc_mean_long(rng: random.Random, world: World) -> Draft:
+    numbers = [number(rng) for _ in range(150)]  # a long input rather than a long output
+    return Draft(f"What is the mean of these numbers: {numbers}?", [C("mean", numbers=numbers)], long_output=True)
+
+
+def distractor(config: dict[str, Any]) -> ToolCall:
+    """A call that always succeeds and always changes the state (the noisy policy's "extra call")."""
+    return ToolCall("memory_add", {"value": 1.0})
+
+
+SUITE = SuiteDefinition(
+    tools=Calculator,
+    initial_config=initial_config,
+    templates=(
+        calc_multiply,
+        calc_add_to_memory,
+        calc_power_round,
+        calc_store,
+        calc_mean,
+    ),
+    long_templates=(calc_mean_long,),
+    distractor=distractor,
+)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import posixpath
+import random
 from typing import Any
 
-from envs.text.suites.base import ToolError, ToolSuite, read_only
+from envs.text.parsing import ToolCall
+from envs.text.suites.base import C, Draft, SuiteDefinition, ToolError, ToolSuite, World, read_only
+from envs.text.suites.words import WORDS, sentence
 
 
 class FileSystem(ToolSuite):
@@ -190,3 +193,122 @@ class FileSystem(ToolSuite):
             path: File to count.
         """
         return len(self.files[self._require_file(path)].splitlines())
+
+
+# ---- initial states and task templates (drawn by envs.text.tasks) ----------------------------
+
+
+def initial_config(rng: random.Random, long: bool) -> dict[str, Any]:
+    """A task's initial state (``long``: the long-context variant's larger one)."""
+    files = {
+        "/home/user/notes.txt": sentence(rng),
+        "/home/user/todo.txt": "\n".join(f"- {sentence(rng)}" for _ in range(3)),
+        f"/home/user/docs/report_{rng.randint(1, 9)}.txt": f"Q{rng.randint(1, 4)} report: {sentence(rng)}",
+        "/home/user/docs/ideas.txt": sentence(rng),
+    }
+    log_lines = 1500 if long else 12
+    lines = []
+    for i in range(log_lines):
+        level = rng.choice(["INFO", "INFO", "WARN", "ERROR"])
+        lines.append(f"{i:05d} {level} {rng.choice(WORDS)} code={rng.randint(100, 999)}")
+    lines[rng.randrange(log_lines)] = f"{rng.randrange(log_lines):05d} ERROR disk full code=507"  # always something to find
+    files["/home/user/logs/app.log"] = "\n".join(lines)
+    if long:
+        for i in range(40):
+            files[f"/home/user/archive/old_{i:03d}.txt"] = " ".join(sentence(rng) for _ in range(20))
+    return {"files": files, "directories": ["/home/user/projects"], "cwd": "/home/user"}
+
+
+def user_files(world: World) -> list[str]:
+    return sorted(p for p in world.suites["filesystem"].files if "/archive/" not in p and not p.endswith(".log"))
+
+
+def fs_write(rng: random.Random, world: World) -> Draft:
+    name = f"{rng.choice(WORDS)}_{rng.randint(1, 99)}.txt"
+    path = f"/home/user/{rng.choice(['docs', 'projects'])}/{name}"
+    text = sentence(rng)
+    return Draft(
+        f"Create the file {path} containing exactly: {text}",
+        [C("write_file", path=path, content=text)],
+        vague=f"Create the file {path} for me.",
+        clarification=f"It should contain exactly: {text}",
+    )
+
+
+def fs_read(rng: random.Random, world: World) -> Draft:
+    path = rng.choice(user_files(world))
+    return Draft(f"What does {path} say?", [C("read_file", path=path)])
+
+
+def fs_move(rng: random.Random, world: World) -> Draft | None:
+    candidates = [p for p in user_files(world) if not p.startswith("/home/user/projects/")]
+    if not candidates:
+        return None
+    path = rng.choice(candidates)
+    return Draft(
+        f"Move {path} into /home/user/projects.",
+        [C("move", source=path, destination="/home/user/projects")],
+        vague=f"Move {path} into another folder.",
+        clarification="Into /home/user/projects, please.",
+    )
+
+
+def fs_copy_new_dir(rng: random.Random, world: World) -> Draft | None:
+    directory = f"/home/user/{rng.choice(WORDS)}_{rng.randint(100, 999)}"
+    if directory in world.suites["filesystem"].directories:
+        return None
+    path = rng.choice(user_files(world))
+    return Draft(
+        f"Make a new directory {directory} and copy {path} into it.",
+        [C("mkdir", path=directory), C("copy", source=path, destination=directory)],
+    )
+
+
+def fs_remove(rng: random.Random, world: World) -> Draft:
+    path = rng.choice(user_files(world))
+    return Draft(
+        f"Delete the file {path}.",
+        [C("remove", path=path)],
+        vague="Delete one of my files.",
+        clarification=f"The file is {path}.",
+    )
+
+
+def fs_grep_log(rng: random.Random, world: World) -> Draft:
+    return Draft(
+        "Which lines of /home/user/logs/app.log mention ERROR? Also, how many lines does it have?",
+        [C("grep", path="/home/user/logs/app.log", pattern="ERROR"), C("count_lines", path="/home/user/logs/app.log")],
+        long_output=True,
+    )
+
+
+def fs_read_log(rng: random.Random, world: World) -> Draft:
+    return Draft(
+        "Show me the full contents of /home/user/logs/app.log.",
+        [C("read_file", path="/home/user/logs/app.log")],
+        long_output=True,
+    )
+
+
+def distractor(config: dict[str, Any]) -> ToolCall:
+    """A call that always succeeds and always changes the state (the noisy policy's "extra call")."""
+    return ToolCall("write_file", {"path": "/home/user/scratch.txt", "content": "temporary notes"})
+
+
+SUITE = SuiteDefinition(
+    tools=FileSystem,
+    initial_config=initial_config,
+    templates=(
+        fs_write,
+        fs_read,
+        fs_move,
+        fs_copy_new_dir,
+        fs_remove,
+        fs_grep_log,
+    ),
+    long_templates=(
+        fs_grep_log,
+        fs_read_log,
+    ),
+    distractor=distractor,
+)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
-from envs.text.suites.base import ToolError, ToolSuite, read_only
+from envs.text.parsing import ToolCall
+from envs.text.suites.base import C, Draft, SuiteDefinition, ToolError, ToolSuite, World, read_only
+from envs.text.suites.words import PEOPLE, WORDS, sentence
 
 
 class Messaging(ToolSuite):
@@ -89,3 +92,94 @@ class Messaging(ToolSuite):
                 del self.messages[i]
                 return message_id
         raise ToolError(f"no message with id {message_id!r}")
+
+
+# ---- initial states and task templates (drawn by envs.text.tasks) ----------------------------
+
+
+def initial_config(rng: random.Random, long: bool) -> dict[str, Any]:
+    """A task's initial state (``long``: the long-context variant's larger one)."""
+    names = rng.sample(PEOPLE, 5)
+    contacts = {name: f"U{rng.randint(100, 999)}{i}" for i, name in enumerate(names)}
+    count = 300 if long else rng.randint(3, 6)
+    messages = []
+    for i in range(count):
+        other = contacts[rng.choice(names)]
+        sender, receiver = (other, "U0001") if rng.random() < 0.5 else ("U0001", other)
+        messages.append({"id": f"M{i + 1:04d}", "from": sender, "to": receiver, "text": sentence(rng)})
+    return {"user": "U0001", "contacts": contacts, "messages": messages, "next_message_id": count + 1}
+
+
+def msg_send(rng: random.Random, world: World) -> Draft:
+    contact = rng.choice(sorted(world.suites["messaging"].contacts))
+    text = sentence(rng)
+    return Draft(
+        f'Send {contact} a message saying "{text}".',
+        [C("send_message", contact=contact, text=text)],
+        vague=f"Send {contact} a message.",
+        clarification=f'Say: "{text}"',
+    )
+
+
+def msg_search(rng: random.Random, world: World) -> Draft:
+    texts = " ".join(m["text"] for m in world.suites["messaging"].messages).lower()
+    keyword = rng.choice([w for w in WORDS if w in texts] or WORDS)  # usually one with matches
+    return Draft(f'Find my messages that mention "{keyword}".', [C("search_messages", keyword=keyword)])
+
+
+def msg_conversation(rng: random.Random, world: World) -> Draft:
+    contact = rng.choice(sorted(world.suites["messaging"].contacts))
+    return Draft(
+        f"Show me my conversation with {contact}.",
+        [C("list_messages", contact=contact)],
+        vague="Show me my conversation with one of my contacts.",
+        clarification=f"With {contact}.",
+    )
+
+
+def msg_add_and_send(rng: random.Random, world: World) -> Draft | None:
+    free = sorted(set(PEOPLE) - set(world.suites["messaging"].contacts))
+    if not free:
+        return None
+    name, user_id, text = rng.choice(free), f"U{rng.randint(1000, 9999)}", sentence(rng)
+    return Draft(
+        f'Add {name} to my contacts with user id {user_id}, then send them "{text}".',
+        [C("add_contact", name=name, user_id=user_id), C("send_message", contact=name, text=text)],
+    )
+
+
+def msg_delete(rng: random.Random, world: World) -> Draft | None:
+    messages = world.suites["messaging"].messages
+    if not messages:
+        return None
+    message = rng.choice(messages)
+    return Draft(
+        f"Delete message {message['id']}.",
+        [C("delete_message", message_id=message["id"])],
+        vague="Delete one of my messages.",
+        clarification=f"Message {message['id']}.",
+    )
+
+
+def msg_list_all(rng: random.Random, world: World) -> Draft:
+    return Draft("List all my messages.", [C("list_messages")], long_output=True)
+
+
+def distractor(config: dict[str, Any]) -> ToolCall:
+    """A call that always succeeds and always changes the state (the noisy policy's "extra call")."""
+    return ToolCall("send_message", {"contact": sorted(config["contacts"])[0], "text": "ok"})
+
+
+SUITE = SuiteDefinition(
+    tools=Messaging,
+    initial_config=initial_config,
+    templates=(
+        msg_send,
+        msg_search,
+        msg_conversation,
+        msg_add_and_send,
+        msg_delete,
+    ),
+    long_templates=(msg_list_all,),
+    distractor=distractor,
+)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
-from envs.text.suites.base import ToolError, ToolSuite, read_only
+from envs.text.parsing import ToolCall
+from envs.text.suites.base import C, Draft, SuiteDefinition, ToolError, ToolSuite, World, read_only
+from envs.text.suites.words import PEOPLE
 
 
 class Travel(ToolSuite):
@@ -91,3 +94,123 @@ class Travel(ToolSuite):
     def get_budget(self) -> float:
         """Return the remaining travel budget."""
         return self.budget
+
+
+# ---- initial states and task templates (drawn by envs.text.tasks) ----------------------------
+
+CITIES = ["Paris", "Rome", "Berlin", "Madrid", "Lisbon", "Vienna", "Prague", "Oslo"]
+
+
+def initial_config(rng: random.Random, long: bool) -> dict[str, Any]:
+    """A task's initial state (``long``: the long-context variant's larger one)."""
+    count = 200 if long else rng.randint(8, 12)
+    routes = [tuple(rng.sample(CITIES, 2)) for _ in range(4)]
+    flights = []
+    for i in range(count):
+        origin, destination = rng.choice(routes)
+        flights.append(
+            {
+                "flight_id": f"FL{100 + i}",
+                "origin": origin,
+                "destination": destination,
+                "date": f"2025-06-{rng.randint(1, 5):02d}",
+                "price": float(rng.randint(60, 400)),
+                "seats": rng.randint(1, 5),
+            }
+        )
+    # A cheap flight with many seats on a day no template asks about: bookable whatever happened
+    # before (the noisy policy's "extra call" relies on it).
+    origin, destination = routes[0]
+    flights.append(
+        {"flight_id": "FL999", "origin": origin, "destination": destination, "date": "2025-06-09", "price": 25.0, "seats": 99}
+    )
+    return {"budget": float(rng.randint(1500, 3000)), "flights": flights, "bookings": {}, "next_booking_id": 1}
+
+
+def bookable_flights(world: World, margin: float = 60.0) -> list[dict[str, Any]]:
+    travel = world.suites["travel"]
+    return [f for f in travel.flights if f["seats"] > 0 and f["price"] <= travel.budget - margin]
+
+
+def travel_search(rng: random.Random, world: World) -> Draft:
+    flight = rng.choice(world.suites["travel"].flights)
+    return Draft(
+        f"Find flights from {flight['origin']} to {flight['destination']} on {flight['date']}.",
+        [C("search_flights", origin=flight["origin"], destination=flight["destination"], date=flight["date"])],
+    )
+
+
+def travel_book(rng: random.Random, world: World) -> Draft | None:
+    bookable = bookable_flights(world)
+    if not bookable:
+        return None
+    flight, passenger = rng.choice(bookable), f"{rng.choice(PEOPLE)} {rng.choice(['Smith', 'Okafor', 'Novak', 'Silva'])}"
+    return Draft(
+        f"Book flight {flight['flight_id']} for {passenger}.",
+        [C("book_flight", flight_id=flight["flight_id"], passenger=passenger)],
+        vague=f"Book flight {flight['flight_id']}.",
+        clarification=f"The passenger is {passenger}.",
+    )
+
+
+def travel_book_cheapest(rng: random.Random, world: World) -> Draft | None:
+    bookable = bookable_flights(world)
+    if not bookable:
+        return None
+    flight = rng.choice(bookable)
+    found = world.suites["travel"].search_flights(flight["origin"], flight["destination"], flight["date"])
+    cheapest = found[0]
+    if cheapest not in bookable and not any(b["flight_id"] == cheapest["flight_id"] for b in bookable):
+        return None
+    passenger = rng.choice(PEOPLE)
+    return Draft(
+        f"Book the cheapest flight from {flight['origin']} to {flight['destination']} on {flight['date']} for {passenger}.",
+        [
+            C("search_flights", origin=flight["origin"], destination=flight["destination"], date=flight["date"]),
+            C("book_flight", flight_id=cheapest["flight_id"], passenger=passenger),
+        ],
+    )
+
+
+def travel_cancel_last(rng: random.Random, world: World) -> Draft | None:
+    bookings = world.suites["travel"].bookings
+    if not bookings:
+        return None
+    last = sorted(bookings)[-1]
+    return Draft(
+        "Cancel the last booking you made, then tell me my remaining budget.",
+        [C("cancel_booking", booking_id=last), C("get_budget")],
+    )
+
+
+def travel_budget(rng: random.Random, world: World) -> Draft:
+    return Draft("How much travel budget do I have left, and what have I booked?", [C("get_budget"), C("list_bookings")])
+
+
+def travel_long_search(rng: random.Random, world: World) -> Draft:
+    flight = rng.choice(world.suites["travel"].flights)
+    return Draft(
+        f"List every flight from {flight['origin']} to {flight['destination']}, any day.",
+        [C("search_flights", origin=flight["origin"], destination=flight["destination"])],
+        long_output=True,
+    )
+
+
+def distractor(config: dict[str, Any]) -> ToolCall:
+    """A call that always succeeds and always changes the state (the noisy policy's "extra call")."""
+    return ToolCall("book_flight", {"flight_id": "FL999", "passenger": "Guest"})
+
+
+SUITE = SuiteDefinition(
+    tools=Travel,
+    initial_config=initial_config,
+    templates=(
+        travel_search,
+        travel_book,
+        travel_book_cheapest,
+        travel_cancel_last,
+        travel_budget,
+    ),
+    long_templates=(travel_long_search,),
+    distractor=distractor,
+)

@@ -137,16 +137,48 @@ def load_causal_lm(model: str | None = None, device: str = "cpu", dtype: Any = N
     return lm.to(device).eval(), tokenizer
 
 
-# ---- what the RL agents need on top of loading: dtype, special tokens, LoRA, export ----------------------------
+# ---- what the RL agents need on top of loading: precision, special tokens, LoRA, export ---------------------
 
 
-def default_dtype(device: str) -> Any:
-    """bfloat16 on a GPU that supports it, float32 elsewhere (CPU matmuls in bf16 are slow and lossy)."""
+PRECISIONS = ("fp32", "bf16")
+
+
+def bf16_is_native(device: str | Any) -> bool:
+    """Whether ``device`` multiplies bfloat16 in hardware: a CUDA GPU with bf16 support, or a CPU
+    with AVX-512 BF16 or AMX. Elsewhere bf16 matmuls are emulated and far slower than float32."""
     import torch
 
-    if str(device).startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
-        return torch.bfloat16
-    return torch.float32
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+        return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+    return False
+
+
+def autocast(precision: str, device: str | Any) -> Any:
+    """The context a forward pass runs in: bf16 autocast (weights and optimizer state stay float32,
+    matmuls run in bf16), or nothing for fp32."""
+    import contextlib
+
+    import torch
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
+
+
+def generation_precision(choice: str, training_precision: str, device: str | Any) -> str:
+    """The precision of rollout generation: ``auto`` is bf16 when training is bf16 or the device
+    has native bf16 (``bf16_is_native``), fp32 otherwise; ``fp32``/``bf16`` force one."""
+    if choice == "auto":
+        return "bf16" if training_precision == "bf16" or bf16_is_native(device) else "fp32"
+    if choice not in PRECISIONS:
+        raise ValueError(f"generation precision must be auto, fp32 or bf16, got {choice!r}")
+    return choice
 
 
 def add_special_tokens(model: Any, tokenizer: Any, tokens: list[str]) -> list[int]:

@@ -1,0 +1,181 @@
+"""Token-level mechanics of training a language-model policy: log-probabilities of chosen tokens,
+and one optimizer step of any per-token loss over many sequences.
+
+The losses themselves (GRPO's clipped objective, RCTP's cross-entropy, TurnSight's modulated
+advantages) are the algorithms and live in the agent files; they are functions of per-token
+log-probabilities that :func:`gradient_step` calls micro-batch by micro-batch.
+
+Shapes: a batch of B sequences padded on the right to length T. ``mask`` (B, T) is True at the
+tokens that are trained on (the policy's own tokens); a log-probability at position t is that of
+token t given tokens < t (position 0 never has one).
+
+    batch = pad_batch([r.tokens for r in rollouts], [r.policy_mask for r in rollouts], pad_id)
+    logp = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.mask)   # (B, T)
+    ref = batched_logprobs(reference, sequences, masks, pad_id, micro_batch_size=4)   # no gradient, one tensor each
+    stats = gradient_step(model, optimizer, sequences, masks, pad_id, my_token_loss,
+                          per_token={"advantages": token_advantages}, micro_batch_size=4)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from cleanrl_style.llm.model import autocast, unwrap
+from cleanrl_style.llm.progress import WorkProgress
+
+
+@dataclass
+class TokenBatch:
+    """Right-padded token ids (B, T), attention mask (B, T) and trained-token mask (B, T, bool)."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    mask: torch.Tensor
+
+
+def pad_batch(
+    sequences: Sequence[Sequence[int]], masks: Sequence[Sequence[bool]], pad_id: int, device: torch.device | str = "cpu"
+) -> TokenBatch:
+    """Right-pad token id lists and their masks into tensors."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(sequences), width), dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.bool)
+    for i, (seq, m) in enumerate(zip(sequences, masks)):
+        ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        attention[i, : len(seq)] = 1
+        mask[i, : len(m)] = torch.tensor(m, dtype=torch.bool)
+    mask[:, 0] = False  # the first token has no prediction
+    return TokenBatch(ids.to(device), attention.to(device), mask.to(device))
+
+
+def token_logprobs(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """log pi(token_t | tokens_<t) at the masked positions, 0 elsewhere; (B, T) float32.
+
+    The vocabulary projection is applied only at the masked positions: a full (B, T, vocab) logit
+    tensor would dominate memory for long tool-use conversations.
+    """
+    base = unwrap(model)
+    hidden = base.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    predicts = mask[:, 1:]  # hidden state at t-1 predicts token t
+    logits = base.get_output_embeddings()(hidden[:, :-1][predicts]).float() / temperature
+    chosen = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, 1:][predicts].unsqueeze(-1)).squeeze(-1)
+    shifted = F.pad(predicts, (1, 0), value=False)
+    return torch.zeros(mask.shape, dtype=chosen.dtype, device=chosen.device).masked_scatter(shifted, chosen)
+
+
+def masked_mean_per_sequence(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` over each sequence's masked tokens; (B,)."""
+    return (values * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
+
+
+@torch.no_grad()
+def batched_logprobs(
+    model: Any,
+    sequences: Sequence[Sequence[int]],
+    masks: Sequence[Sequence[bool]],
+    pad_id: int,
+    micro_batch_size: int,
+    temperature: float = 1.0,
+    precision: str = "fp32",
+    progress: WorkProgress | None = None,
+    stage_name: str = "log-probs",
+) -> list[torch.Tensor]:
+    """``token_logprobs`` for many sequences, micro-batched, without gradient; one (len_i,) float32 tensor each."""
+    device = next(model.parameters()).device
+    out: list[torch.Tensor] = []
+    starts = range(0, len(sequences), micro_batch_size)
+    with (progress or WorkProgress(enabled=False)).stage(stage_name, total=len(starts), unit="micro-batch") as stage:
+        for k, start in enumerate(starts, 1):
+            seqs, ms = sequences[start : start + micro_batch_size], masks[start : start + micro_batch_size]
+            batch = pad_batch(seqs, ms, pad_id, device)
+            with autocast(precision, device):
+                logp = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.mask, temperature)
+            out += [logp[i, : len(s)].float().cpu() for i, s in enumerate(seqs)]
+            stage.update(k)
+    return out
+
+
+TokenLoss = Callable[[torch.Tensor, dict[str, torch.Tensor]], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+"""``(logp, extras) -> (loss, statistics)``: ``logp`` (B, T) with gradient; ``extras`` maps each
+name of ``gradient_step``'s ``per_token`` to its (B, T) padded tensor; ``loss`` is (B, T) per
+token; each statistic (B, T) is averaged over the trained tokens for the log."""
+
+AGGREGATIONS = ("sequence", "token")
+
+
+def gradient_step(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    sequences: Sequence[Sequence[int]],
+    masks: Sequence[Sequence[bool]],
+    pad_id: int,
+    loss_fn: TokenLoss,
+    *,
+    per_token: dict[str, Sequence[torch.Tensor]] | None = None,
+    micro_batch_size: int = 4,
+    temperature: float = 1.0,
+    max_grad_norm: float = 1.0,
+    aggregation: str = "sequence",
+    precision: str = "fp32",
+    progress: WorkProgress | None = None,
+) -> dict[str, float]:
+    """One optimizer step of a per-token loss over all sequences, gradients accumulated over micro-batches.
+
+    Args:
+        sequences, masks: Token ids and trained-token masks, one list each per sequence.
+        loss_fn: The algorithm's per-token loss (see ``TokenLoss``).
+        per_token: Named per-token inputs of the loss (advantages, old or reference log-probs), one
+            (len_i,) tensor per sequence; padded like the batch and passed to ``loss_fn``.
+        temperature: Log-probabilities are those of ``softmax(logits / temperature)``.
+        max_grad_norm: Global gradient-norm clip before the step.
+        aggregation: ``sequence``: mean over each sequence's trained tokens, then over sequences
+            (GRPO); ``token``: mean over every trained token of the batch.
+        precision: ``fp32``, or ``bf16`` autocast (float32 weights, gradients and optimizer state).
+
+    Returns:
+        ``loss`` (the batch's), each statistic's mean over trained tokens, and ``grad_norm``.
+    """
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+    per_token = per_token or {}
+    device = next(model.parameters()).device
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    total_tokens = max(sum(sum(m[1:]) for m in masks), 1)
+    loss_sum, sums = 0.0, {}
+    starts = range(0, len(sequences), micro_batch_size)
+    with (progress or WorkProgress(enabled=False)).stage("update", total=len(starts), unit="micro-batch") as stage:
+        for k, start in enumerate(starts, 1):
+            idx = range(start, min(start + micro_batch_size, len(sequences)))
+            batch = pad_batch([sequences[i] for i in idx], [masks[i] for i in idx], pad_id, device)
+            width = batch.input_ids.shape[1]
+            extras = {
+                name: torch.stack([F.pad(values[i].float(), (0, width - len(values[i]))) for i in idx]).to(device)
+                for name, values in per_token.items()
+            }
+            with autocast(precision, device):
+                logp = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.mask, temperature)
+            loss_tokens, stats = loss_fn(logp.float(), extras)
+            m = batch.mask.float()
+            if aggregation == "sequence":
+                loss = masked_mean_per_sequence(loss_tokens, m).sum() / len(sequences)
+            else:
+                loss = (loss_tokens * m).sum() / total_tokens
+            loss.backward()
+            loss_sum += loss.item()
+            for name, values in stats.items():
+                sums[name] = sums.get(name, 0.0) + float((values.detach() * m).sum())
+            stage.update(k)
+    grad_norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], max_grad_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    model.eval()
+    return {"loss": loss_sum, **{name: value / total_tokens for name, value in sums.items()}, "grad_norm": float(grad_norm)}

@@ -1,0 +1,184 @@
+"""Setting up, checkpointing and exporting a language-model policy, and the loop helpers the LLM agents share.
+
+    setup = build_policy(model="", device="cpu", learning_rate=1e-6, checkpoint=run.checkpoint)
+    setup.policy, setup.tokenizer, setup.reference, setup.optimizer, setup.start_iteration
+    ref = reference_logprobs(setup.policy, setup.reference, sequences, masks, pad_id, micro_batch_size=4)
+    save_policy_checkpoint(run, iteration, setup.policy, setup.optimizer)
+    export_model(run, setup.policy, setup.tokenizer)    # runs/<run>/model: a folder --model accepts
+
+The reference is the model the run started from (the initial policy for GRPO and TurnSight's
+teacher, the RCTP model for RC-GRPO): a frozen copy, or with LoRA the base model itself with the
+adapters switched off (no second copy in memory). On resume it is rebuilt from ``--model``, and
+only the trained weights and the optimizer come from the checkpoint. Weights and optimizer state
+are always float32; ``bf16`` precision is autocast around the forward passes.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from cleanrl_style.llm.model import add_lora, add_special_tokens, load_causal_lm, save_model_folder
+from cleanrl_style.llm.progress import WorkProgress
+from cleanrl_style.llm.rollout import RolloutSettings, evaluate_held_out, rollout_stats
+from cleanrl_style.llm.tokens import batched_logprobs
+
+
+@dataclass
+class PolicySetup:
+    """What ``build_policy`` returns: ``reference`` is None when LoRA provides it (adapters off)."""
+
+    policy: Any
+    tokenizer: Any
+    reference: Any
+    optimizer: torch.optim.Optimizer
+    start_iteration: int
+
+
+def trainable_state(model: Any) -> dict[str, torch.Tensor]:
+    """The weights being trained: LoRA adapters (and trainable token rows) only, or the whole model."""
+    if hasattr(model, "peft_config"):
+        names = {n for n, p in model.named_parameters() if p.requires_grad}
+        return {k: v for k, v in model.state_dict().items() if k in names}
+    return model.state_dict()
+
+
+def build_policy(
+    model: str,
+    device: str,
+    learning_rate: float,
+    *,
+    weight_decay: float = 0.0,
+    lora_rank: int = 0,
+    lora_alpha: float = 32.0,
+    special_tokens: Sequence[str] = (),
+    checkpoint: dict[str, Any] | None = None,
+) -> PolicySetup:
+    """Load ``model`` (empty: the offline SmolLM2), add ``special_tokens``, wrap with LoRA if
+    ``lora_rank`` > 0, make the reference and an AdamW optimizer, restore ``checkpoint`` if given.
+
+    Raises:
+        RuntimeError: the checkpoint's weights do not fit the model.
+    """
+    policy, tokenizer = load_causal_lm(model or None, device=device, dtype=torch.float32)
+    token_ids = add_special_tokens(policy, tokenizer, list(special_tokens)) if special_tokens else []
+    reference = None
+    if lora_rank > 0:
+        policy = add_lora(policy, lora_rank, lora_alpha, trainable_token_ids=token_ids or None)
+    else:
+        reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=weight_decay)
+    start_iteration = 1
+    if checkpoint is not None:
+        missing = policy.load_state_dict(checkpoint["policy"], strict=False)
+        if lora_rank == 0 and (missing.missing_keys or missing.unexpected_keys):
+            raise RuntimeError(f"checkpoint does not match the model: {missing}")
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        start_iteration = int(checkpoint["iteration"]) + 1
+    policy.eval()
+    return PolicySetup(policy, tokenizer, reference, optimizer, start_iteration)
+
+
+def reference_logprobs(
+    policy: Any,
+    reference: Any,
+    sequences: Sequence[Sequence[int]],
+    masks: Sequence[Sequence[bool]],
+    pad_id: int,
+    micro_batch_size: int,
+    temperature: float = 1.0,
+    precision: str = "fp32",
+    progress: WorkProgress | None = None,
+    stage_name: str = "reference log-probs",
+) -> list[torch.Tensor]:
+    """Per-token log-probs under the reference model (the frozen copy, or the adapter-free base)."""
+    kwargs = dict(temperature=temperature, precision=precision, progress=progress, stage_name=stage_name)
+    if reference is not None:
+        return batched_logprobs(reference, sequences, masks, pad_id, micro_batch_size, **kwargs)
+    with policy.disable_adapter():
+        return batched_logprobs(policy, sequences, masks, pad_id, micro_batch_size, **kwargs)
+
+
+def save_policy_checkpoint(run: Any, iteration: int, policy: Any, optimizer: torch.optim.Optimizer, **extra: Any) -> None:
+    run.save(iteration, iteration=iteration, policy=trainable_state(policy), optimizer=optimizer.state_dict(), **extra)
+
+
+def export_model(run: Any, policy: Any, tokenizer: Any) -> None:
+    """Write ``<run>/model``, an ordinary transformers folder (LoRA merged) for ``--model`` of a later stage."""
+    save_model_folder(policy, tokenizer, run.dir / "model")
+
+
+def sample_groups(task_ids: Sequence[int], num_groups: int, seed: int, iteration: int) -> list[int]:
+    """``num_groups`` distinct training tasks for an iteration.
+
+    A pure function of (seed, iteration), so a resumed run draws the same."""
+    rng = random.Random(seed * 1_000_003 + iteration)
+    return rng.sample(list(task_ids), min(num_groups, len(task_ids)))
+
+
+def iteration_seed(seed: int, iteration: int) -> int:
+    """Seed of an iteration's environment resets and sampling (a resumed run draws the same)."""
+    return seed * 1_000_003 + iteration * 1000
+
+
+def group_reward_statistics(rewards: torch.Tensor) -> dict[str, float]:
+    """For rewards shaped (groups, G): the fraction of groups whose rewards are all equal (their
+    group-normalized advantage is zero, so they teach nothing) and the mean within-group std."""
+    equal = rewards.max(dim=1).values == rewards.min(dim=1).values
+    return {
+        "charts/zero_variance_fraction": float(equal.float().mean()),
+        "charts/group_reward_std": float(rewards.std(dim=1, unbiased=False).mean()) if rewards.shape[1] > 1 else 0.0,
+    }
+
+
+def rollout_metrics(rollouts: Sequence[Any], rewards: torch.Tensor, timing: dict[str, float]) -> dict[str, float]:
+    """What every LLM agent logs about an iteration's rollouts (``charts/*``)."""
+    stats = rollout_stats(rollouts)
+    return {
+        "charts/success_rate": stats["success_rate"],
+        **group_reward_statistics(rewards),
+        "charts/turns_per_episode": stats["turns_per_episode"],
+        "charts/tool_errors_per_episode": stats["tool_errors_per_episode"],
+        "charts/cut_fraction": stats["cut_fraction"],
+        "charts/tokens_per_second": timing["tokens_per_second"],
+        "charts/generated_tokens": timing["generated_tokens"],
+    }
+
+
+def finish(
+    run: Any,
+    policy: Any,
+    tokenizer: Any,
+    family: Any,
+    final_step: int,
+    *,
+    eval_episodes: int,
+    eval_settings: RolloutSettings,
+    save_model: bool,
+    first_user_suffix: str = "",
+    progress: WorkProgress | None = None,
+) -> None:
+    """The end of an LLM run: held-out evaluation at ``final_step`` (if ``eval_episodes`` > 0), the
+    exported model folder (if ``save_model`` and anything was trained), and closing the logs."""
+    if eval_episodes > 0:
+        if progress is not None:
+            progress.prefix = "final"
+        started, cpu_started = time.perf_counter(), time.process_time()
+        metrics = evaluate_held_out(
+            policy, tokenizer, family, eval_episodes, eval_settings, first_user_suffix=first_user_suffix, progress=progress
+        )
+        metrics["time/eval_seconds"] = time.perf_counter() - started
+        metrics["time/eval_cpu_seconds"] = time.process_time() - cpu_started
+        run.log(final_step, metrics)
+        suffix = f" (conditioned on {first_user_suffix.strip()})" if first_user_suffix else ""
+        print(f"held-out success over {eval_episodes} tasks{suffix}: {metrics['charts/test_success_rate']:.3f}")
+    if save_model and final_step > 0:
+        export_model(run, policy, tokenizer)
+    run.close()
