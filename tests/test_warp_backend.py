@@ -20,9 +20,9 @@ import torch
 pytest.importorskip("mujoco_warp")
 
 import envs  # noqa: E402
-from envs.mujoco_tasks import TASKS, contact_buffer_sizes  # noqa: E402
+from envs.mujoco_tasks import TASKS  # noqa: E402
 from envs.registry import choose_backend  # noqa: E402
-from envs.warp_backend import WarpOverflowError, WarpUnsupportedError, WarpVectorEnv  # noqa: E402
+from envs.warp_backend import WarpOverflowError, WarpUnsupportedError, WarpVectorEnv, contact_buffer_sizes  # noqa: E402
 
 ASSETS = Path(gym.__file__).parent / "envs" / "mujoco" / "assets"
 NUM_STATES = 16
