@@ -292,7 +292,6 @@ def test_ppo_nap_smoke_run_on_warp(run_agent, tmp_path):
         "1",
         "--eval-episodes",
         "0",
-        "--run-dir",
-        str(tmp_path / "run"),
+        run_dir=tmp_path / "run",
     )
     assert "charts/SPS" in (tmp_path / "run" / "progress.csv").read_text()
