@@ -76,6 +76,7 @@ def test_plain_baseline_flags_remove_layer_norm_and_projection(run_agent, tmp_pa
     assert norms[0][2] != pytest.approx(norms[-1][2], rel=1e-6)  # unprojected weights drift
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_with_same_step_count_and_intact_csv(tmp_path):
     run_dir = tmp_path / "killed"
     env = {**os.environ, "CLEANRL_STYLE_RUNS": str(tmp_path / "runs")}

@@ -177,6 +177,7 @@ def test_sac_simba_learns_pendulum(tmp_path, precision):
     assert evaluate_run(str(tmp_path / "run"), episodes=2).mean() > -700
 
 
+@pytest.mark.slow
 def test_sac_simba_resumes_a_killed_run(tmp_path):
     run_dir = tmp_path / "run"
     run_until_first_checkpoint_then_kill(
