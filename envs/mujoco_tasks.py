@@ -20,7 +20,7 @@ below can be applied as written.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 import torch
@@ -105,7 +105,7 @@ class LocomotionTask:
         if self.has_healthy_reward:
             terms["reward_survive"] = healthy.to(self.dtype) * self.healthy_reward_value
         terms.update(self.costs(v, action))
-        return sum(terms.values()), terms
+        return cast(torch.Tensor, sum(terms.values())), terms
 
     has_healthy_reward: bool = True
 
