@@ -62,7 +62,7 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             writer = _HashingWriter(f)
-            torch.save(state, writer)
+            torch.save(state, writer)  # type: ignore[arg-type]  # torch.save takes any object with write() and flush()
             f.write(b"\n#cleanrl-style-checkpoint sha256=%s size=%d\n" % (writer.sha256.hexdigest().encode(), writer.size))
             f.flush()
             os.fsync(f.fileno())

@@ -158,5 +158,5 @@ def install_error_handler() -> None:
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         sys.exit(2)
 
-    handle._cleanrl_style = True
+    setattr(handle, "_cleanrl_style", True)  # noqa: B010  (marks our hook; a function has no such declared attribute)
     sys.excepthook = handle

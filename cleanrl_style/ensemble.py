@@ -92,6 +92,8 @@ class Ensemble(nn.Module):
     tools such as :class:`~cleanrl_style.nap.NormProjector` and for inspection.
     """
 
+    template: nn.Module  # kept out of the module tree (set through __dict__ in __init__)
+
     def __init__(self, make_member: Callable[[], nn.Module], size: int, batched: bool = True):
         super().__init__()
         if size < 1:

@@ -68,6 +68,8 @@ def import_agent(agent_file: str):
     if not path.exists():  # the repository moved since training: look in this checkout's agents/
         path = REPO_ROOT / "agents" / path.name
     spec = importlib.util.spec_from_file_location(f"agent_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path} as a Python module")
     module = importlib.util.module_from_spec(spec)
     # Registered before running it: dataclasses look their module up in sys.modules.
     sys.modules[spec.name] = module

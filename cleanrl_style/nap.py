@@ -17,7 +17,9 @@ Choices the paper leaves open are options here (docs/algorithms.md#nap lists the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -26,15 +28,15 @@ from torch import nn
 @dataclass
 class _ProjectedGroup:
     name: str
-    params: list[nn.Parameter]
+    params: list[torch.Tensor]  # the group's parameters (nn.Parameter)
     init_norm: float
 
 
-def _joint_norm(params: list[torch.Tensor]) -> torch.Tensor:
-    return torch.sqrt(sum((p.detach().float() ** 2).sum() for p in params))
+def _joint_norm(params: Sequence[torch.Tensor]) -> torch.Tensor:
+    return torch.sqrt(cast(torch.Tensor, sum((p.detach().float() ** 2).sum() for p in params)))
 
 
-def _contiguous_span(params: list[torch.Tensor]) -> torch.Tensor | None:
+def _contiguous_span(params: Sequence[torch.Tensor]) -> torch.Tensor | None:
     """One 1-D tensor over the memory of ``params`` if they lie back to back in one storage, else None."""
     first = params[0].detach()
     if not all(p.is_contiguous() for p in params):
@@ -46,7 +48,7 @@ def _contiguous_span(params: list[torch.Tensor]) -> torch.Tensor | None:
         offset += p.numel()
     if len(params) == 1:
         return first.view(-1)
-    return first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(), (offset - first.storage_offset(),))
+    return first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(), (offset - first.storage_offset(),), (1,))
 
 
 class NormProjector:
@@ -70,9 +72,9 @@ class NormProjector:
         if biases not in ("joint", "none"):
             raise ValueError(f"biases must be 'joint' or 'none', got {biases!r}")
         output_ids = {id(m) for m in output_layers}
-        self._params: list[nn.Parameter] | None = None  # flat view, built by _flatten()
+        self._params: list[torch.Tensor] | None = None  # flat view, built by _flatten()
         self.groups: list[_ProjectedGroup] = []
-        self.weights: list[tuple[str, nn.Parameter]] = []  # every linear weight, for stats
+        self.weights: list[tuple[str, torch.Tensor]] = []  # every linear weight, for stats
         for name, module in model.named_modules():
             if isinstance(module, nn.Linear):
                 self.weights.append((name, module.weight))
@@ -86,42 +88,46 @@ class NormProjector:
                 params = [p for p in (module.weight, module.bias) if p is not None]
                 self._add_group(name, params)
 
-    def _add_group(self, name: str, params: list[nn.Parameter]) -> None:
+    def _add_group(self, name: str, params: list[torch.Tensor]) -> None:
         init_norm = float(_joint_norm(params))
         if init_norm > 0:  # a zero-initialized group has no scale to return to
             self.groups.append(_ProjectedGroup(name, params, init_norm))
         self._params = None
 
-    def _flatten(self) -> None:
-        """Precompute what :meth:`project` touches, so projection is a few fused ops."""
-        self._params = [p for group in self.groups for p in group.params]
-        self._first_ptr = self._params[0].data_ptr()
-        device = self._params[0].device
+    def _flatten(self) -> list[torch.Tensor]:
+        """Precompute what :meth:`project` touches, so projection is a few fused ops; returns the parameters."""
+        params = self._params = [p for group in self.groups for p in group.params]
+        self._first_ptr = params[0].data_ptr()
+        device = params[0].device
         self._group_of_param = torch.tensor([g for g, group in enumerate(self.groups) for _ in group.params], device=device)
         self._init_norms = torch.tensor([group.init_norm for group in self.groups], device=device)
         # When every group is one span of memory (always true under FlatParameters, where a
         # LayerNorm's gamma and beta sit side by side), each group is a single tensor: one norm
         # and one scaling per group, with no regrouping.
-        spans = [_contiguous_span(group.params) for group in self.groups]
-        self._spans = spans if all(s is not None for s in spans) else None
+        spans = [span for span in (_contiguous_span(group.params) for group in self.groups) if span is not None]
+        self._spans = spans if len(spans) == len(self.groups) else None
+        return params
 
     @torch.no_grad()
     def project(self) -> None:
         """Rescale every recorded group back to its initial norm (in place)."""
         if not self.groups:
             return
-        if self._params is None or self._params[0].data_ptr() != self._first_ptr:
-            self._flatten()  # first call, or the parameters moved (.to(device), FlatParameters)
+        params = self._params
+        if params is None or params[0].data_ptr() != self._first_ptr:
+            params = self._flatten()  # first call, or the parameters moved (.to(device), FlatParameters)
         if self._spans is not None:
             scale = self._init_norms / torch.stack(torch._foreach_norm(self._spans)).float().clamp_min(1e-12)
             # On the CPU a list of Python floats is the cheapest form; elsewhere avoid the host sync.
-            factors = scale.tolist() if scale.device.type == "cpu" else list(scale.unbind())
-            torch._foreach_mul_(self._spans, factors)
+            if scale.device.type == "cpu":
+                torch._foreach_mul_(self._spans, scale.tolist())
+            else:
+                torch._foreach_mul_(self._spans, list(scale.unbind()))
             return
-        param_norms = torch.stack(torch._foreach_norm(self._params)).float()
+        param_norms = torch.stack(torch._foreach_norm(params)).float()
         group_sq = torch.zeros_like(self._init_norms).index_add_(0, self._group_of_param, param_norms**2)
         scale = self._init_norms / group_sq.sqrt().clamp_min(1e-12)
-        torch._foreach_mul_(self._params, list(scale[self._group_of_param].unbind()))
+        torch._foreach_mul_(params, list(scale[self._group_of_param].unbind()))
 
     def state_dict(self) -> dict[str, float]:
         """Initial norms by group name: saved in checkpoints so a resumed run projects to the same norms."""

@@ -25,6 +25,10 @@ class RunningNorm(nn.Module):
     Statistics are kept in float64 so that millions of merges do not drift.
     """
 
+    mean: torch.Tensor  # buffers (registered in __init__)
+    var: torch.Tensor
+    count: torch.Tensor
+
     def __init__(self, shape: int | tuple[int, ...], eps: float = 1e-8, clip: float | None = None):
         super().__init__()
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
@@ -70,6 +74,8 @@ class RewardScaler(nn.Module):
     to a scalar :class:`RunningNorm` and returns ``r / sqrt(var(G) + eps)``, optionally clipped.
     Part of the checkpoint like the observation statistics.
     """
+
+    discounted_return: torch.Tensor  # a buffer (registered in __init__)
 
     def __init__(self, num_envs: int, gamma: float, clip: float | None = 10.0, eps: float = 1e-8):
         super().__init__()

@@ -46,10 +46,10 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import tyro
@@ -200,7 +200,7 @@ def score_distribution(taus: np.ndarray) -> Callable[..., np.ndarray]:
     return lambda *per_env: library.score_distributions(np.concatenate(per_env), taus)
 
 
-def probability_of_improvement(n_envs: int) -> Callable[..., float]:
+def probability_of_improvement(n_envs: int) -> Callable[..., np.ndarray]:
     """P(X > Y) averaged over envs (rliable's ``probability_of_improvement``), from the arguments
     ``x_env1, ..., x_envN, y_env1, ..., y_envN``, each an array ``(runs, 1)``."""
     _, metrics = _rliable()
@@ -262,7 +262,7 @@ def _resolved_env(env: str) -> str:
         return env
 
 
-def find_run_dirs(paths: list[str | Path]) -> list[Path]:
+def find_run_dirs(paths: Sequence[str | Path]) -> list[Path]:
     found = []
     for path in map(Path, paths):
         if (path / CSV_NAME).exists():
@@ -301,7 +301,7 @@ def label_runs(runs: list[RunData], group_by: list[str] | None = None) -> None:
                 r.label = " ".join([agent, *(f"{k}={r.args.get(k)}" for k in keys)])
 
 
-def load_runs(paths: list[str | Path], group_by: list[str] | None = None) -> list[RunData]:
+def load_runs(paths: Sequence[str | Path], group_by: list[str] | None = None) -> list[RunData]:
     runs = [load_run(d) for d in find_run_dirs(paths)]
     label_runs(runs, group_by)
     return runs
@@ -544,7 +544,7 @@ def _figure_legend(fig, handles: dict, n_panels: int) -> None:
 
 
 def _legend_handles(axes) -> dict:
-    handles = {}
+    handles: dict[str, Any] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
@@ -908,7 +908,7 @@ def make_all(
 def with_reference(runs: list[RunData], env_keys: set[str] | None = None) -> list[RunData]:
     """Add the published curves of the runs' envs (or of ``env_keys``), cut at each env's longest run."""
     own = [r for r in runs if not r.reference]
-    budget = {}
+    budget: dict[str, float] = {}
     for r in own:
         if RETURN in r.series:
             budget[r.env_key] = max(budget.get(r.env_key, 0.0), float(r.series[RETURN][:, 0].max()))

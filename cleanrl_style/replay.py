@@ -60,13 +60,12 @@ class ReplayBuffer:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = int(capacity)
         self.device = torch.device(device)
-        kw = {"device": self.device}
-        self.obs = torch.zeros((capacity, *obs_shape), dtype=obs_dtype, **kw)
-        self.next_obs = torch.zeros((capacity, *obs_shape), dtype=obs_dtype, **kw)
-        self.actions = torch.zeros((capacity, *action_shape), dtype=torch.float32, **kw)
-        self.rewards = torch.zeros(capacity, dtype=torch.float32, **kw)
-        self.terminated = torch.zeros(capacity, dtype=torch.float32, **kw)
-        self.truncated = torch.zeros(capacity, dtype=torch.float32, **kw)
+        self.obs = torch.zeros((capacity, *obs_shape), dtype=obs_dtype, device=self.device)
+        self.next_obs = torch.zeros((capacity, *obs_shape), dtype=obs_dtype, device=self.device)
+        self.actions = torch.zeros((capacity, *action_shape), dtype=torch.float32, device=self.device)
+        self.rewards = torch.zeros(capacity, dtype=torch.float32, device=self.device)
+        self.terminated = torch.zeros(capacity, dtype=torch.float32, device=self.device)
+        self.truncated = torch.zeros(capacity, dtype=torch.float32, device=self.device)
         self.pos = 0  # next slot to write
         self.size = 0
 

@@ -23,9 +23,10 @@ import re
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 import torch
 
@@ -161,6 +162,11 @@ def _args_from_saved(args: Any, run_dir: Path) -> Any:
     return dataclasses.replace(given_args, resume=args.resume)
 
 
+def _act(policy: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The agent model's ``act(obs)`` (a method every agent's model defines; nn.Module does not declare it)."""
+    return cast(Callable[[torch.Tensor], torch.Tensor], policy.act)
+
+
 def _lock_run_directory(run_dir: Path) -> int:
     """Hold an exclusive ``flock`` on the run directory; the kernel releases it when the process dies."""
     fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -195,7 +201,7 @@ class Run:
             saved_json = (self.dir / "args.json").read_text()
             args = _args_from_saved(args, self.dir)
             check_args(args)
-            self._lock_fd = _lock_run_directory(self.dir)
+            self._lock_fd: int | None = _lock_run_directory(self.dir)
             remove_stale_temporaries(self.dir)
             if (self.dir / CHECKPOINT_NAME).exists():
                 self.checkpoint = load_checkpoint(self.dir / CHECKPOINT_NAME, map_location=args.device)
@@ -297,7 +303,7 @@ class Run:
             episodes = self._watched[1].episodes_finished
             if episodes >= self._next_video_episode:
                 self._film(self._watched[0], step)
-                self._next_video_episode = (episodes // self.args.video_every + 1) * self.args.video_every
+                self._next_video_episode: int = (episodes // self.args.video_every + 1) * self.args.video_every
 
     def watch(self, policy: torch.nn.Module, vec_env: Any) -> None:
         """The live policy (its ``act(obs)``) and the training env (its ``episodes_finished``), for
@@ -310,11 +316,13 @@ class Run:
 
     def _film(self, policy: torch.nn.Module, step: int) -> None:
         """One episode of the deterministic policy, always from the same start (seed + 20,000)."""
+        if self.video is None:  # callers check --capture-video first
+            return
         path = self.dir / "videos" / f"step_{step:09d}.mp4"
         if path.exists():  # filmed at this step already (the last periodic video, or before a resume)
             return
         started = time.time()
-        episode = self.video.record(policy.act, path, seed=self.args.seed + 20_000, device=self.device)
+        episode = self.video.record(_act(policy), path, seed=self.args.seed + 20_000, device=self.device)
         self.logger.log_video("videos/policy", episode.frames, episode.fps, step, path)
         self._progress.write(f"video: {path} ({episode.length} steps, return {episode.episode_return:.1f})")
         mark_time, mark_step = self._sps_mark  # charts/SPS measures training: the filming time is left out
@@ -359,7 +367,7 @@ class Run:
         from cleanrl_style.evaluate import evaluate_policy
 
         policy.eval()
-        returns = evaluate_policy(policy.act, self.args.env, episodes, seed=self.args.seed + 10_000, device=self.device)
+        returns = evaluate_policy(_act(policy), self.args.env, episodes, seed=self.args.seed + 10_000, device=self.device)
         self.log(global_step, {"eval/return_mean": returns.mean(), "eval/return_std": returns.std()})
         print(f"evaluation over {episodes} episodes: {returns.mean():.1f} +- {returns.std():.1f}")
 
@@ -367,10 +375,12 @@ class Run:
         # Also called on a Run that a user error cut short while it was being made (cleanrl_style.cli).
         if getattr(self, "_progress", None) is not None:
             self._progress.close()
-        if getattr(self, "video", None) is not None:
-            self.video.close()
+        video = getattr(self, "video", None)
+        if video is not None:
+            video.close()
         if hasattr(self, "logger"):
             self.logger.close()
-        if getattr(self, "_lock_fd", None) is not None:
-            os.close(self._lock_fd)  # the run directory is free for another writer
+        lock_fd = getattr(self, "_lock_fd", None)
+        if lock_fd is not None:
+            os.close(lock_fd)  # the run directory is free for another writer
             self._lock_fd = None

@@ -42,6 +42,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal, NoReturn
@@ -123,7 +124,7 @@ def expand_grid(
     seeds: list[int],
     grid: list[tuple[str, list[str]]],
     flags: list[str],
-    imports: list[str] = (),
+    imports: Sequence[str] = (),
 ) -> list[GridPoint]:
     """Every combination, in the order agent, env, grid values, seed."""
     keys = [k for k, _ in grid]
@@ -232,7 +233,7 @@ def _child_env(workdir: str | None = None) -> dict[str, str]:
     }
 
 
-def run_point(point: GridPoint, run_dir: str, workdir: str | None = None) -> dict:
+def run_point(point: GridPoint, run_dir: str | Path, workdir: str | None = None) -> dict:
     """Run (or resume) one grid point to the end on this process's node; the body of a Ray task.
 
     ``workdir``: the sweep's working directory, put on the run's import path (--import modules).

@@ -27,6 +27,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import gymnasium as gym
 import numpy as np
@@ -99,8 +100,9 @@ def _mujoco_model(env: gym.Env):
 
     unwrapped = env.unwrapped
     model = getattr(unwrapped, "model", None)
-    if not isinstance(model, mujoco.MjModel) and getattr(unwrapped, "physics", None) is not None:
-        model = unwrapped.physics.model.ptr  # dm_control's wrapper around MuJoCo's model
+    physics = getattr(unwrapped, "physics", None)
+    if not isinstance(model, mujoco.MjModel) and physics is not None:
+        model = physics.model.ptr  # dm_control's wrapper around MuJoCo's model
     return model if isinstance(model, mujoco.MjModel) else None
 
 
@@ -157,14 +159,14 @@ class VideoRecorder:
         self.height, self.width = frame.shape[:2]
         dt = getattr(self.env.unwrapped, "dt", None)
         self.fps = 1.0 / dt if dt else float(self.env.metadata.get("render_fps") or 30)
-        space = self.env.action_space
+        space = cast(gym.spaces.Box, self.env.action_space)  # the suite's envs have Box actions
         self._low, self._high = space.low.astype(np.float32), space.high.astype(np.float32)
 
     @torch.no_grad()
     def record(self, act: Callable[[torch.Tensor], torch.Tensor], path: str | os.PathLike, seed: int, device="cpu") -> Episode:
         """Run one episode of ``act`` (batch of raw observations -> actions) from ``reset(seed)``; write it."""
         obs, _ = self.env.reset(seed=seed)
-        frames = [self.env.render()]
+        frames = [self._frame()]
         episode_return, length, done = 0.0, 0, False
         while not done and length < MAX_EPISODE_STEPS:
             batch = torch.as_tensor(obs, dtype=torch.float32).to(device).unsqueeze(0)
@@ -173,10 +175,13 @@ class VideoRecorder:
             episode_return += float(reward)
             length += 1
             done = terminated or truncated
-            frames.append(self.env.render())
+            frames.append(self._frame())
         path = Path(path)
         write_mp4(path, frames, self.fps)
         return Episode(path, frames, episode_return, length, self.fps)
+
+    def _frame(self) -> np.ndarray:
+        return cast(np.ndarray, self.env.render())  # an RGB array: render_mode "rgb_array", checked in __init__
 
     def close(self) -> None:
         self.env.close()

@@ -34,7 +34,7 @@ import importlib
 import numbers
 import sys
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, cast
 
 import gymnasium as gym
 import numpy as np
@@ -95,9 +95,9 @@ def _check_single_env(env: gym.Env, seed: int, steps: int) -> list[CheckResult]:
     results = []
     time_limit = env.spec.max_episode_steps if env.spec is not None else None
     env = env.unwrapped  # the env's own methods: wrappers would fail first, with less telling messages
-    space = env.observation_space
+    space = cast(gym.spaces.Box, env.observation_space)  # check_env checked the spaces first
     try:
-        out = env.reset(seed=seed)
+        out: tuple = env.reset(seed=seed)  # checked below: envs may break the API
         if not (isinstance(out, tuple) and len(out) == 2):
             raise _Failed(
                 f"reset() must return (obs, info) (Gymnasium >= 0.26 API), got {type(out).__name__}"
@@ -135,7 +135,7 @@ def _check_single_env(env: gym.Env, seed: int, steps: int) -> list[CheckResult]:
                     f"step() returned a reward of type {type(reward).__name__} ({reward!r}), expected a "
                     "Python or numpy float (use float(reward))"
                 )
-            if not np.isfinite(reward):
+            if not np.isfinite(reward):  # type: ignore[arg-type]  # numpy's stubs reject numbers.Real; np.isfinite takes it
                 raise _Failed(f"step() returned a non-finite reward {reward} at step {t}")
             for name, flag in (("terminated", terminated), ("truncated", truncated)):
                 if not isinstance(flag, (bool, np.bool_)):

@@ -36,7 +36,7 @@ clipping, the dtype/device checks and the episode statistics once for all of the
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -94,18 +94,18 @@ class TorchVectorEnv(ABC):
         self,
         env_id: str,
         num_envs: int,
-        single_observation_space: gym.spaces.Box,
-        single_action_space: gym.spaces.Box,
+        single_observation_space: gym.Space,
+        single_action_space: gym.Space,
         device: torch.device | str = "cpu",
     ):
-        check_spaces(env_id, single_observation_space, single_action_space)
+        check_spaces(env_id, single_observation_space, single_action_space)  # both Boxes, or it raises
         self.env_id = env_id
         self.num_envs = num_envs
         self.device = torch.device(device)
-        self.single_observation_space = single_observation_space
-        self.single_action_space = single_action_space
-        self.action_low = torch.as_tensor(single_action_space.low, dtype=torch.float32, device=self.device)
-        self.action_high = torch.as_tensor(single_action_space.high, dtype=torch.float32, device=self.device)
+        self.single_observation_space = cast(gym.spaces.Box, single_observation_space)
+        self.single_action_space = cast(gym.spaces.Box, single_action_space)
+        self.action_low = torch.as_tensor(self.single_action_space.low, dtype=torch.float32, device=self.device)
+        self.action_high = torch.as_tensor(self.single_action_space.high, dtype=torch.float32, device=self.device)
         self._episode_return = torch.zeros(num_envs, dtype=torch.float32, device=self.device)
         self._episode_length = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
         # Episodes finished since construction, counted on device (read only when asked: no sync per step).

@@ -113,5 +113,6 @@ def register(env_id: str) -> str:
         hint = f" Did you mean 'dmc:{close[0]}'?" if close else ""
         raise ValueError(f"Unknown DeepMind Control task {env_id!r}.{hint} Tasks: {', '.join(known)}.")
     domain, task = name.split("-", 1)
-    gym.register(gym_id, entry_point=make_dmc_env, kwargs={"domain": domain, "task": task}, max_episode_steps=EPISODE_STEPS)
+    # gymnasium's EnvCreator protocol is (**kwargs) -> Env, which rejects named keyword parameters like ours.
+    gym.register(gym_id, entry_point=make_dmc_env, kwargs={"domain": domain, "task": task}, max_episode_steps=EPISODE_STEPS)  # type: ignore[arg-type]
     return gym_id

@@ -21,6 +21,7 @@ model faster than envpool's bundled MuJoCo, which pays for the Python here: Huma
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING, cast
 
 import gymnasium as gym
 import numpy as np
@@ -28,6 +29,9 @@ import torch
 
 from envs.core import TorchVectorEnv
 from envs.mujoco_tasks import TASKS, StateViews, check_task_request
+
+if TYPE_CHECKING:
+    from gymnasium.envs.mujoco.mujoco_env import MujocoEnv
 
 ALTERNATIVES = "backend='envpool' or backend='gymnasium' (any registered MuJoCo env)"
 
@@ -77,7 +81,7 @@ class MujocoBatchVectorEnv(TorchVectorEnv):
 
         check_task_request(env_id, env_kwargs, "mujoco", ALTERNATIVES, MujocoBatchUnsupportedError)
         # The Gymnasium env is only read (model, spaces, parameters); it is never stepped.
-        self._gym_env = gym.make(env_id, **env_kwargs).unwrapped
+        self._gym_env = cast("MujocoEnv", gym.make(env_id, **env_kwargs).unwrapped)
         self._mujoco = mujoco
         model = self._gym_env.model
         self._model = model
@@ -90,7 +94,9 @@ class MujocoBatchVectorEnv(TorchVectorEnv):
         super().__init__(env_id, num_envs, obs_space, self._gym_env.action_space, device)
 
         self.frame_skip = int(self._gym_env.frame_skip)
-        self.max_episode_steps = int(max_episode_steps or gym.spec(env_id).max_episode_steps)
+        limit = max_episode_steps or gym.spec(env_id).max_episode_steps
+        assert limit is not None, f"{env_id} has no time limit"  # the five tasks' specs have 1000
+        self.max_episode_steps = int(limit)
         b = self._batch
         self._qpos, self._qvel, self._ctrl = b.bind("qpos"), b.bind("qvel"), b.bind("ctrl")
         self._cfrc_ext = np.zeros((num_envs, model.nbody, 6))

@@ -1,7 +1,9 @@
 """Gymnasium's v5 MuJoCo locomotion tasks, written as torch functions of batched MuJoCo state.
 
 Shared by the two backends that simulate many worlds in one model: ``warp`` (MuJoCo Warp, float32,
-on the GPU) and ``mujoco`` (MuJoCo's native ``mujoco.batch.Batch``, float64, on CPU threads).
+on the GPU) and ``mujoco`` (MuJoCo's native ``mujoco.batch.Batch``, float64, on CPU threads). What
+only one backend uses lives in that backend (the warp backend's torch reset noise and its contact
+buffer sizes are in :mod:`envs.warp_backend`).
 
 Each task reads its parameters (reward weights, healthy ranges, noise scale, observation flags)
 from a Gymnasium env instance made with the user's kwargs, so the definitions stay Gymnasium's:
@@ -18,9 +20,8 @@ below can be applied as written.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
-import mujoco
 import numpy as np
 import torch
 
@@ -104,7 +105,7 @@ class LocomotionTask:
         if self.has_healthy_reward:
             terms["reward_survive"] = healthy.to(self.dtype) * self.healthy_reward_value
         terms.update(self.costs(v, action))
-        return sum(terms.values()), terms
+        return cast(torch.Tensor, sum(terms.values())), terms
 
     has_healthy_reward: bool = True
 
@@ -116,17 +117,6 @@ class LocomotionTask:
         reward, terms = self.reward(v, action, x_velocity, healthy)
         terminated = ~healthy if self.terminate_when_unhealthy else torch.zeros_like(healthy)
         return Outcome(self.observation(v), position, x_velocity, reward, terms, terminated)
-
-    def reset_noise(self, generator: torch.Generator, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(qpos, qvel)`` of ``n`` fresh episodes: the initial state plus Gymnasium's reset noise."""
-        s = self.reset_noise_scale
-        nq, nv = self.init_qpos.numel(), self.init_qvel.numel()
-        qpos = self.init_qpos + (torch.rand(n, nq, generator=generator, device=self.device) * 2 - 1) * s
-        if self.gaussian_qvel_noise:
-            qvel = self.init_qvel + s * torch.randn(n, nv, generator=generator, device=self.device)
-        else:
-            qvel = self.init_qvel + (torch.rand(n, nv, generator=generator, device=self.device) * 2 - 1) * s
-        return qpos, qvel
 
     def reset_noise_numpy(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """One fresh episode's ``(qpos, qvel)`` drawn from ``rng`` exactly as Gymnasium's ``reset_model``.
@@ -319,63 +309,3 @@ def check_task_request(env_id: str, env_kwargs: dict, backend: str, alternatives
         raise error(
             f"{env_id}: rendering ({', '.join(rendering)}) is not supported by the {backend} backend. Use {alternatives}."
         )
-
-
-# ----- contact and constraint buffer sizes -------------------------------------------------------
-
-# Most contacts MuJoCo's collision functions return for a geom resting on a plane.
-_PLANE_CONTACTS = {
-    mujoco.mjtGeom.mjGEOM_SPHERE: 1,
-    mujoco.mjtGeom.mjGEOM_ELLIPSOID: 1,
-    mujoco.mjtGeom.mjGEOM_CAPSULE: 2,
-}
-_OTHER_PLANE_CONTACTS = 4  # box, cylinder, convex mesh
-
-
-def _can_collide(mjm: mujoco.MjModel, g1: int, g2: int) -> bool:
-    """MuJoCo's default filter: contype/conaffinity bits, other body, not welded, not parent-child."""
-    if not (mjm.geom_contype[g1] & mjm.geom_conaffinity[g2] or mjm.geom_contype[g2] & mjm.geom_conaffinity[g1]):
-        return False
-    b1, b2 = mjm.body_weldid[mjm.geom_bodyid[g1]], mjm.body_weldid[mjm.geom_bodyid[g2]]
-    if b1 == b2:
-        return False
-    filter_parent = not (mjm.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_FILTERPARENT)
-    p1, p2 = mjm.body_weldid[mjm.body_parentid[b1]], mjm.body_weldid[mjm.body_parentid[b2]]
-    return not (filter_parent and b1 != 0 and b2 != 0 and (p1 == b2 or p2 == b1))
-
-
-def contact_buffer_sizes(mjm: mujoco.MjModel) -> tuple[int, int]:
-    """``(nconmax, njmax)`` per world, from the model's geometry and constraints.
-
-    The contact budget lets every geom that can touch a plane (the floor) rest on it at once with
-    its largest contact count, plus one contact per pair of geoms that can touch each other; the
-    constraint budget gives each of those contacts its rows (pyramidal cone: ``2 (condim - 1)``,
-    elliptic: ``condim``, frictionless: 1) and adds joint and tendon limits, friction loss and
-    equality rows. Worlds that exceed it are detected (see ``WarpVectorEnv``), not run on.
-    """
-    planes = {g for g in range(mjm.ngeom) if mjm.geom_type[g] == mujoco.mjtGeom.mjGEOM_PLANE}
-    others = [g for g in range(mjm.ngeom) if g not in planes]
-    plane_contacts = 0
-    self_touching = 0
-    condim = 1
-    for g in others:
-        if any(_can_collide(mjm, g, p) for p in planes):
-            plane_contacts += _PLANE_CONTACTS.get(int(mjm.geom_type[g]), _OTHER_PLANE_CONTACTS)
-            condim = max(condim, int(mjm.geom_condim[g]), *(int(mjm.geom_condim[p]) for p in planes))
-        if any(_can_collide(mjm, g, h) for h in others if h != g):
-            self_touching += 1
-            condim = max(condim, int(mjm.geom_condim[g]))
-    pair_contacts = _OTHER_PLANE_CONTACTS * mjm.npair
-    if mjm.npair:
-        condim = max(condim, int(np.max(mjm.pair_dim)))
-    nconmax = max(plane_contacts + (self_touching + 1) // 2 + pair_contacts, 1)
-    if condim == 1:
-        rows = 1
-    elif mjm.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC:
-        rows = condim
-    else:
-        rows = 2 * (condim - 1)
-    limits = int(np.sum(mjm.jnt_limited)) + int(np.sum(mjm.tendon_limited))
-    friction = int(np.sum(mjm.dof_frictionloss > 0)) + int(np.sum(mjm.tendon_frictionloss > 0))
-    njmax = nconmax * rows + limits + friction + 6 * mjm.neq
-    return int(nconmax), int(njmax)

@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import torch
@@ -91,54 +92,41 @@ class Backend:
         return importlib.util.find_spec(self.module) is not None
 
 
-def _make_gymnasium(env_id, num_envs, device, seed, **kwargs):
-    from envs.gymnasium_backend import GymnasiumVectorEnv
-
-    return GymnasiumVectorEnv(env_id, num_envs, device=device, seed=seed, **kwargs)
-
-
-def _make_warp(env_id, num_envs, device, seed, **kwargs):
-    from envs.warp_backend import WarpVectorEnv
-
-    return WarpVectorEnv(env_id, num_envs, device=device, seed=seed, **kwargs)
+class _BuiltinBackend(NamedTuple):
+    package: str  # the Python package it needs installed
+    module: str  # the module that implements it, imported on first use
+    env_class: str  # its TorchVectorEnv subclass, called as (env_id, num_envs, device=, seed=, **kwargs)
+    supports: str | None  # its ``supports(env_id) -> bool`` function; None: any registered env
+    cuda_only: bool = False  # ``auto`` picks it only on CUDA
 
 
-def _warp_supports(env_id: str, device: torch.device) -> bool:
-    from envs.warp_backend import warp_supports
-
-    return warp_supports(env_id)
-
-
-def _make_mujoco(env_id, num_envs, device, seed, **kwargs):
-    from envs.mujoco_backend import MujocoBatchVectorEnv
-
-    return MujocoBatchVectorEnv(env_id, num_envs, device=device, seed=seed, **kwargs)
-
-
-def _mujoco_supports(env_id: str, device: torch.device) -> bool:
-    from envs.mujoco_backend import mujoco_batch_supports
-
-    return mujoco_batch_supports(env_id)
-
-
-def _make_envpool(env_id, num_envs, device, seed, **kwargs):
-    from envs.envpool_backend import EnvpoolVectorEnv
-
-    return EnvpoolVectorEnv(env_id, num_envs, device=device, seed=seed, **kwargs)
-
-
-def _envpool_supports(env_id: str, device: torch.device) -> bool:
-    from envs.envpool_backend import envpool_supports
-
-    return envpool_supports(env_id)
-
-
-BACKENDS: dict[str, Backend] = {
-    "gymnasium": Backend("gymnasium", "gymnasium", _make_gymnasium, lambda env_id, device: True),
-    "mujoco": Backend("mujoco", "mujoco", _make_mujoco, _mujoco_supports),
-    "envpool": Backend("envpool", "envpool", _make_envpool, _envpool_supports),
-    "warp": Backend("warp", "mujoco_warp", _make_warp, _warp_supports, auto_on=lambda device: device.type == "cuda"),
+# The built-in backends as one table; ``_lazy`` imports a backend's module only when it is used.
+_BUILTIN_BACKENDS: dict[str, _BuiltinBackend] = {
+    "gymnasium": _BuiltinBackend("gymnasium", "envs.gymnasium_backend", "GymnasiumVectorEnv", None),
+    "mujoco": _BuiltinBackend("mujoco", "envs.mujoco_backend", "MujocoBatchVectorEnv", "mujoco_batch_supports"),
+    "envpool": _BuiltinBackend("envpool", "envs.envpool_backend", "EnvpoolVectorEnv", "envpool_supports"),
+    "warp": _BuiltinBackend("mujoco_warp", "envs.warp_backend", "WarpVectorEnv", "warp_supports", cuda_only=True),
 }
+
+
+def _lazy(module: str, name: str) -> Any:
+    """``module.name``, importing ``module`` on first use."""
+    return getattr(importlib.import_module(module), name)
+
+
+def _builtin_backend(name: str, spec: _BuiltinBackend) -> Backend:
+    def factory(env_id: str, num_envs: int, device: torch.device, seed: int | None, **kwargs: Any) -> TorchVectorEnv:
+        return _lazy(spec.module, spec.env_class)(env_id, num_envs, device=device, seed=seed, **kwargs)
+
+    def supports(env_id: str, device: torch.device) -> bool:
+        return spec.supports is None or bool(_lazy(spec.module, spec.supports)(env_id))
+
+    if spec.cuda_only:
+        return Backend(name, spec.package, factory, supports, auto_on=lambda device: device.type == "cuda")
+    return Backend(name, spec.package, factory, supports)
+
+
+BACKENDS: dict[str, Backend] = {name: _builtin_backend(name, spec) for name, spec in _BUILTIN_BACKENDS.items()}
 # Fastest first (warp only counts on CUDA: on warp's CPU device it is far slower than envpool).
 # ``mujoco`` is Gymnasium bit for bit and 1.2x envpool's steps/s at 8 envs, on par at 64-256
 # (benchmarks/env_throughput.py), but implements only the five locomotion tasks.

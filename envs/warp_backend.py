@@ -11,7 +11,7 @@ on a GPU nothing leaves the device: no host round trip per step.
   Gymnasium's reset noise, then one forward pass computes their first observation.
 - On CUDA the physics step (``frame_skip`` MuJoCo steps) and the reset forward pass are captured
   once in CUDA graphs and replayed on torch's current stream.
-- Contact and constraint buffers are sized from the model (:func:`envs.mujoco_tasks.contact_buffer_sizes`);
+- Contact and constraint buffers are sized from the model (:func:`contact_buffer_sizes`);
   a world that overflows them raises :class:`WarpOverflowError` instead of running on with
   contacts or constraints missing.
 - A model feature MuJoCo Warp does not implement raises :class:`WarpUnsupportedError`.
@@ -23,11 +23,12 @@ import copy
 import warnings
 
 import gymnasium as gym
+import mujoco
 import numpy as np
 import torch
 
 from envs.core import TorchVectorEnv
-from envs.mujoco_tasks import TASKS, StateViews, check_task_request, contact_buffer_sizes
+from envs.mujoco_tasks import TASKS, LocomotionTask, StateViews, check_task_request
 
 ALTERNATIVES = "backend='envpool' (Gymnasium's MuJoCo ids on CPU threads) or backend='gymnasium' (any model)"
 
@@ -42,6 +43,82 @@ class WarpOverflowError(RuntimeError):
 
 def warp_supports(env_id: str) -> bool:
     return env_id in TASKS
+
+
+# ----- contact and constraint buffer sizes -------------------------------------------------------
+
+# Most contacts MuJoCo's collision functions return for a geom resting on a plane.
+_PLANE_CONTACTS = {
+    mujoco.mjtGeom.mjGEOM_SPHERE: 1,
+    mujoco.mjtGeom.mjGEOM_ELLIPSOID: 1,
+    mujoco.mjtGeom.mjGEOM_CAPSULE: 2,
+}
+_OTHER_PLANE_CONTACTS = 4  # box, cylinder, convex mesh
+
+
+def _can_collide(mjm: mujoco.MjModel, g1: int, g2: int) -> bool:
+    """MuJoCo's default filter: contype/conaffinity bits, other body, not welded, not parent-child."""
+    if not (mjm.geom_contype[g1] & mjm.geom_conaffinity[g2] or mjm.geom_contype[g2] & mjm.geom_conaffinity[g1]):
+        return False
+    b1, b2 = mjm.body_weldid[mjm.geom_bodyid[g1]], mjm.body_weldid[mjm.geom_bodyid[g2]]
+    if b1 == b2:
+        return False
+    filter_parent = not (mjm.opt.disableflags & mujoco.mjtDisableBit.mjDSBL_FILTERPARENT)
+    p1, p2 = mjm.body_weldid[mjm.body_parentid[b1]], mjm.body_weldid[mjm.body_parentid[b2]]
+    return not (filter_parent and b1 != 0 and b2 != 0 and (p1 == b2 or p2 == b1))
+
+
+def contact_buffer_sizes(mjm: mujoco.MjModel) -> tuple[int, int]:
+    """``(nconmax, njmax)`` per world, from the model's geometry and constraints.
+
+    The contact budget lets every geom that can touch a plane (the floor) rest on it at once with
+    its largest contact count, plus one contact per pair of geoms that can touch each other; the
+    constraint budget gives each of those contacts its rows (pyramidal cone: ``2 (condim - 1)``,
+    elliptic: ``condim``, frictionless: 1) and adds joint and tendon limits, friction loss and
+    equality rows. Worlds that exceed it are detected (see ``WarpVectorEnv``), not run on.
+    """
+    planes = {g for g in range(mjm.ngeom) if mjm.geom_type[g] == mujoco.mjtGeom.mjGEOM_PLANE}
+    others = [g for g in range(mjm.ngeom) if g not in planes]
+    plane_contacts = 0
+    self_touching = 0
+    condim = 1
+    for g in others:
+        if any(_can_collide(mjm, g, p) for p in planes):
+            plane_contacts += _PLANE_CONTACTS.get(int(mjm.geom_type[g]), _OTHER_PLANE_CONTACTS)
+            condim = max(condim, int(mjm.geom_condim[g]), *(int(mjm.geom_condim[p]) for p in planes))
+        if any(_can_collide(mjm, g, h) for h in others if h != g):
+            self_touching += 1
+            condim = max(condim, int(mjm.geom_condim[g]))
+    pair_contacts = _OTHER_PLANE_CONTACTS * mjm.npair
+    if mjm.npair:
+        condim = max(condim, int(np.max(mjm.pair_dim)))
+    nconmax = max(plane_contacts + (self_touching + 1) // 2 + pair_contacts, 1)
+    if condim == 1:
+        rows = 1
+    elif mjm.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC:
+        rows = condim
+    else:
+        rows = 2 * (condim - 1)
+    limits = int(np.sum(mjm.jnt_limited)) + int(np.sum(mjm.tendon_limited))
+    friction = int(np.sum(mjm.dof_frictionloss > 0)) + int(np.sum(mjm.tendon_frictionloss > 0))
+    njmax = nconmax * rows + limits + friction + 6 * mjm.neq
+    return int(nconmax), int(njmax)
+
+
+def reset_noise(task: LocomotionTask, generator: torch.Generator, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(qpos, qvel)`` of ``n`` fresh episodes: the task's initial state plus Gymnasium's reset noise.
+
+    The torch twin of :meth:`envs.mujoco_tasks.LocomotionTask.reset_noise_numpy` (same distributions,
+    drawn on the env's device from ``generator``, so resets never leave the device).
+    """
+    s = task.reset_noise_scale
+    nq, nv = task.init_qpos.numel(), task.init_qvel.numel()
+    qpos = task.init_qpos + (torch.rand(n, nq, generator=generator, device=task.device) * 2 - 1) * s
+    if task.gaussian_qvel_noise:
+        qvel = task.init_qvel + s * torch.randn(n, nv, generator=generator, device=task.device)
+    else:
+        qvel = task.init_qvel + (torch.rand(n, nv, generator=generator, device=task.device) * 2 - 1) * s
+    return qpos, qvel
 
 
 # Overflow bits that mean lost contacts or constraint rows (not the solver's iteration limit).
@@ -100,7 +177,6 @@ class WarpVectorEnv(TorchVectorEnv):
             raise
 
     def _build(self, env_id, num_envs, device, seed, nconmax, njmax, use_graph, sync_overflow_check, max_episode_steps):
-        import mujoco
         import mujoco_warp as mjw
         import warp as wp
 
@@ -276,7 +352,7 @@ class WarpVectorEnv(TorchVectorEnv):
     def _reset_worlds(self, mask: torch.Tensor) -> None:
         """Reset the worlds in ``mask`` (bool ``(N,)``) as Gymnasium's ``reset`` does, without a host sync."""
         s = self.state
-        qpos, qvel = self.task.reset_noise(self._generator, self.num_envs)
+        qpos, qvel = reset_noise(self.task, self._generator, self.num_envs)
         col = mask[:, None]
         # mj_resetData: qpos0 (init_qpos), zero velocity, control, warm start and time; then the noise.
         s.qpos.copy_(torch.where(col, qpos, s.qpos))

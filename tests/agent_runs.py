@@ -12,12 +12,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def agent_command(agent: str, run_dir: Path, *flags: str) -> list[str]:
+def agent_command(agent: str, run_dir: Path | None, *flags: str) -> list[str]:
+    """The command line of ``agents/<agent>.py`` (``--run-dir`` only when ``run_dir`` is given)."""
     return [
         sys.executable,
         str(REPO / "agents" / f"{agent}.py"),
-        "--run-dir",
-        str(run_dir),
+        *(["--run-dir", str(run_dir)] if run_dir is not None else []),
         "--no-progress-bar",
         "--torch-threads",
         "1",
@@ -25,24 +25,44 @@ def agent_command(agent: str, run_dir: Path, *flags: str) -> list[str]:
     ]
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+def _env(runs_root: Path | None = None) -> dict[str, str]:
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    if runs_root is not None:  # where a run without --run-dir makes its folder (cleanrl_style.run.RUNS_DIR)
+        env["CLEANRL_STYLE_RUNS"] = str(runs_root)
+    return env
 
 
-def run_agent(agent: str, run_dir: Path, *flags: str) -> subprocess.CompletedProcess:
-    """Run ``agents/<agent>.py`` to completion; raise with its output if it fails."""
-    proc = subprocess.run(agent_command(agent, run_dir, *flags), cwd=REPO, env=_env(), capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise AssertionError(f"{agent} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+def _run(what: str, cmd: list[str], env: dict[str, str], check: bool, timeout: float | None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{what} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
 
 
-def resume_agent(agent: str, run_dir: Path) -> subprocess.CompletedProcess:
+def run_agent(
+    agent: str,
+    *flags: str,
+    run_dir: Path | None = None,
+    runs_root: Path | None = None,
+    check: bool = True,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess:
+    """Run ``agents/<agent>.py`` with ``flags`` to completion, as a user would, in a subprocess.
+
+    ``run_dir`` is passed as ``--run-dir``; without it (``--resume``, or a run refused before it
+    starts) ``runs_root`` must say where a run folder may be made, so that none lands in the
+    repository's ``runs/`` (the ``run_agent`` fixture of ``conftest.py`` passes ``tmp_path / "runs"``).
+    With ``check`` a non-zero exit raises with the end of the agent's output.
+    """
+    if run_dir is None and runs_root is None:
+        raise ValueError("run_agent needs run_dir= or runs_root= (else the run would land in the repository's runs/)")
+    return _run(agent, agent_command(agent, run_dir, *flags), _env(runs_root), check, timeout)
+
+
+def resume_agent(agent: str, run_dir: Path, check: bool = True, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """``agents/<agent>.py --resume run_dir``, with no other flag (a resumed run keeps its arguments)."""
     cmd = [sys.executable, str(REPO / "agents" / f"{agent}.py"), "--resume", str(run_dir), "--no-progress-bar"]
-    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise AssertionError(f"{agent} --resume failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return proc
+    return _run(f"{agent} --resume", cmd, _env(), check, timeout)
 
 
 def run_until_first_checkpoint_then_kill(agent: str, run_dir: Path, *flags: str) -> None:

@@ -1,4 +1,4 @@
-import os
+import functools
 import sys
 from pathlib import Path
 
@@ -8,27 +8,13 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # Agents are scripts, not a package: make `import ppo_nap` work in tests.
 sys.path.insert(0, str(REPO_ROOT / "agents"))
 
+import agent_runs  # noqa: E402  (tests/ is on sys.path, as for this conftest)
+
 
 @pytest.fixture
 def run_agent(tmp_path):
-    """Run ``agents/<name>.py`` as a subprocess with the given flags; return the CompletedProcess."""
-    import subprocess
-
-    def _run(name: str, *flags: str, check: bool = True, timeout: float = 600):
-        env = {**os.environ, "CLEANRL_STYLE_RUNS": str(tmp_path / "runs")}
-        proc = subprocess.run(
-            [sys.executable, str(REPO_ROOT / "agents" / f"{name}.py"), *flags, "--no-progress-bar"],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=timeout,
-            cwd=tmp_path,
-        )
-        if check and proc.returncode != 0:
-            raise AssertionError(f"{name} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-        return proc
-
-    return _run
+    """:func:`agent_runs.run_agent` with the runs that have no ``--run-dir`` kept under ``tmp_path``."""
+    return functools.partial(agent_runs.run_agent, runs_root=tmp_path / "runs")
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -91,7 +91,6 @@ def test_sac_simba_runs_on_a_dmc_task(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_agent(
         "sac_simba",
-        run_dir,
         "--env",
         "dmc:cartpole-balance",
         "--total-timesteps",
@@ -112,6 +111,7 @@ def test_sac_simba_runs_on_a_dmc_task(tmp_path):
         "2",
         "--log-every",
         "500",
+        run_dir=run_dir,
     )
     progress = read_progress(run_dir)
     assert [v for _, _, v in progress["charts/episodic_length"]] == [1000.0, 1000.0]

@@ -64,7 +64,6 @@ def test_agent_runs_on_each_env_family(agent, env, precision, flags, tiny_model_
     run_dir = tmp_path / agent
     run_agent(
         agent,
-        run_dir,
         "--env",
         env,
         "--precision",
@@ -79,6 +78,7 @@ def test_agent_runs_on_each_env_family(agent, env, precision, flags, tiny_model_
         "2",
         *SMALL,
         *flags,
+        run_dir=run_dir,
     )
     assert json.loads((run_dir / "args.json").read_text())["env"] == env
     assert progress_steps(run_dir, "charts/zero_variance_fraction") == [1]
@@ -127,7 +127,6 @@ def test_rctp_then_rc_grpo_from_its_model(tiny_model_dir, tmp_path):
     rctp = tmp_path / "rctp"
     run_agent(
         "rc_grpo",
-        rctp,
         "--env",
         "tools:bank",
         "--precision",
@@ -143,13 +142,13 @@ def test_rctp_then_rc_grpo_from_its_model(tiny_model_dir, tmp_path):
         "--rctp-epochs",
         "1",
         *SMALL,
+        run_dir=rctp,
     )
     assert progress_steps(rctp, "losses/sft_loss") == [1, 2]
     assert '"<|high_reward|>"' in (rctp / "model" / "tokenizer.json").read_text()
     rl = tmp_path / "rl"
     run_agent(
         "rc_grpo",
-        rl,
         "--env",
         "tools:bank",
         "--stage",
@@ -163,6 +162,7 @@ def test_rctp_then_rc_grpo_from_its_model(tiny_model_dir, tmp_path):
         "--groups-per-step",
         "1",
         *SMALL,
+        run_dir=rl,
     )
     assert progress_steps(rl, "rc_grpo/high_token_fraction") == [1]
     assert load_checkpoint(rl)["iteration"] == 1

@@ -327,6 +327,7 @@ def test_progress_timer_prints_while_one_unit_of_work_is_slow():
     assert len(lines) >= 2 and all("s left" in line for line in lines)
 
 
+@pytest.mark.real_model
 @pytest.mark.slow
 def test_cached_generation_equals_uncached_with_the_real_model():
     """SmolLM2-135M-Instruct (grouped-query attention, 30 layers): the cache changes no greedy token."""

@@ -39,8 +39,7 @@ def test_ppo_nap_learns_inverted_pendulum(run_agent, tmp_path, precision):
         "8192",
         "--eval-episodes",
         "5",
-        "--run-dir",
-        str(run_dir),
+        run_dir=run_dir,
     )
     series = read_progress(run_dir)
     first_return = series["charts/episodic_return"][0][2]
@@ -68,8 +67,7 @@ def test_plain_baseline_flags_remove_layer_norm_and_projection(run_agent, tmp_pa
         "0",
         "--no-nap",
         "--no-layer-norm",
-        "--run-dir",
-        str(run_dir),
+        run_dir=run_dir,
     )
     state = load_checkpoint(run_dir)["agent"]
     assert not any("weight" in k and state[k].dim() == 1 and "logstd" not in k for k in state)  # no LayerNorm params
@@ -78,6 +76,7 @@ def test_plain_baseline_flags_remove_layer_norm_and_projection(run_agent, tmp_pa
     assert norms[0][2] != pytest.approx(norms[-1][2], rel=1e-6)  # unprojected weights drift
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_with_same_step_count_and_intact_csv(tmp_path):
     run_dir = tmp_path / "killed"
     env = {**os.environ, "CLEANRL_STYLE_RUNS": str(tmp_path / "runs")}
@@ -135,7 +134,7 @@ def test_unknown_env_and_bad_batch_are_reported(run_agent):
 
 def test_evaluate_cli_reports_mean_and_std(run_agent, tmp_path):
     run_dir = tmp_path / "cli"
-    run_agent("ppo_nap", *FAST, "--total-timesteps", "256", "--eval-episodes", "1", "--run-dir", str(run_dir))
+    run_agent("ppo_nap", *FAST, "--total-timesteps", "256", "--eval-episodes", "1", run_dir=run_dir)
     # resuming a finished run neither trains nor evaluates again
     resumed = run_agent("ppo_nap", "--resume", str(run_dir))
     assert "already evaluated at step 256" in resumed.stdout
@@ -182,9 +181,8 @@ def test_compiled_minibatch_loss_trains_like_the_eager_one(run_agent, tmp_path):
             "0",
             "--seed",
             "3",
-            "--run-dir",
-            str(run_dir),
             *flags,
+            run_dir=run_dir,
             timeout=900,
         )
         states[mode] = load_checkpoint(run_dir)["agent"]

@@ -127,7 +127,6 @@ def test_nap_keeps_every_hidden_layer_at_its_initial_norm(nap):
 def test_sac_nap_learns_pendulum(tmp_path, precision):
     run_agent(
         "sac_nap",
-        tmp_path / "run",
         "--precision",
         precision,
         "--env",
@@ -146,6 +145,7 @@ def test_sac_nap_learns_pendulum(tmp_path, precision):
         "5",
         "--log-every",
         "1000",
+        run_dir=tmp_path / "run",
     )
     progress = read_progress(tmp_path / "run")
     final = progress["eval/return_mean"][-1][2]
@@ -155,6 +155,7 @@ def test_sac_nap_learns_pendulum(tmp_path, precision):
     assert evaluate_run(str(tmp_path / "run"), episodes=2).mean() > -700
 
 
+@pytest.mark.slow
 def test_sac_nap_resumes_a_killed_run_with_its_buffer(tmp_path):
     run_dir = tmp_path / "run"
     run_until_first_checkpoint_then_kill(

@@ -142,7 +142,6 @@ def test_critic_target_bootstraps_through_truncation_not_termination():
 def test_sac_simba_learns_pendulum(tmp_path, precision):
     run_agent(
         "sac_simba",
-        tmp_path / "run",
         "--precision",
         precision,
         "--env",
@@ -169,6 +168,7 @@ def test_sac_simba_learns_pendulum(tmp_path, precision):
         "5",
         "--log-every",
         "1000",
+        run_dir=tmp_path / "run",
     )
     progress = read_progress(tmp_path / "run")
     final = progress["eval/return_mean"][-1][2]
@@ -177,6 +177,7 @@ def test_sac_simba_learns_pendulum(tmp_path, precision):
     assert evaluate_run(str(tmp_path / "run"), episodes=2).mean() > -700
 
 
+@pytest.mark.slow
 def test_sac_simba_resumes_a_killed_run(tmp_path):
     run_dir = tmp_path / "run"
     run_until_first_checkpoint_then_kill(

@@ -55,6 +55,7 @@ def test_is_an_sb3_vec_env_with_the_backend_spaces():
     venv.close()
 
 
+@pytest.mark.slow
 def test_sb3_ppo_learns_on_the_warp_backend():
     pytest.importorskip("mujoco_warp")
     venv = SB3VecEnv(envs.make("Hopper", 2, backend="warp", seed=0, max_episode_steps=8))

@@ -164,6 +164,7 @@ def test_grid_values_reach_the_agent_as_flags_and_a_failing_run_is_reported_with
     assert not (sweep_dir / "NoSuchEnv__tiny_agent__bonus-2__s3" / "sweep.json").exists()
 
 
+@pytest.mark.slow
 def test_a_sweep_killed_midway_finishes_on_restart_without_duplicated_or_missing_rows(tiny_agent, tmp_path):
     sweep_dir = tmp_path / "sweep"
     # Its own session, so that the kill takes the sweep and its runs at once, as a crash of the machine would.

@@ -138,7 +138,6 @@ def test_one_combined_step_updates_actor_and_critic_and_the_moving_average():
 def test_symphony_learns_inverted_pendulum(tmp_path, precision):
     run_agent(
         "symphony",
-        tmp_path / "run",
         "--precision",
         precision,
         "--env",
@@ -163,6 +162,7 @@ def test_symphony_learns_inverted_pendulum(tmp_path, precision):
         "5",
         "--log-every",
         "1000",
+        run_dir=tmp_path / "run",
     )
     progress = read_progress(tmp_path / "run")
     first_returns = [v for _, _, v in progress["charts/episodic_return"][:20]]  # random warm-up: about 5-10
@@ -171,6 +171,7 @@ def test_symphony_learns_inverted_pendulum(tmp_path, precision):
     assert evaluate_run(str(tmp_path / "run"), episodes=2).mean() > 50
 
 
+@pytest.mark.slow
 def test_symphony_resumes_a_killed_run(tmp_path):
     run_dir = tmp_path / "run"
     run_until_first_checkpoint_then_kill(

@@ -20,9 +20,9 @@ import torch
 pytest.importorskip("mujoco_warp")
 
 import envs  # noqa: E402
-from envs.mujoco_tasks import TASKS, contact_buffer_sizes  # noqa: E402
+from envs.mujoco_tasks import TASKS  # noqa: E402
 from envs.registry import choose_backend  # noqa: E402
-from envs.warp_backend import WarpOverflowError, WarpUnsupportedError, WarpVectorEnv  # noqa: E402
+from envs.warp_backend import WarpOverflowError, WarpUnsupportedError, WarpVectorEnv, contact_buffer_sizes  # noqa: E402
 
 ASSETS = Path(gym.__file__).parent / "envs" / "mujoco" / "assets"
 NUM_STATES = 16
@@ -292,7 +292,6 @@ def test_ppo_nap_smoke_run_on_warp(run_agent, tmp_path):
         "1",
         "--eval-episodes",
         "0",
-        "--run-dir",
-        str(tmp_path / "run"),
+        run_dir=tmp_path / "run",
     )
     assert "charts/SPS" in (tmp_path / "run" / "progress.csv").read_text()

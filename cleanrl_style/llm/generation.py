@@ -33,7 +33,7 @@ import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -118,20 +118,22 @@ def _growing_layer_class() -> type | None:
         def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
-            filled = self.keys.shape[-2] if self.keys.dim() == 4 else 0
+            # Set by lazy_initialization (transformers declares them Optional).
+            keys, values = cast(torch.Tensor, self.keys), cast(torch.Tensor, self.values)
+            filled = keys.shape[-2] if keys.dim() == 4 else 0
             needed = filled + key_states.shape[-2]
             buffer = getattr(self, "_buffer", None)
             if (  # no room, or the batch was reshaped (rows dropped or repeated): a new buffer
                 buffer is None
                 or buffer[0].shape[2] < needed
                 or buffer[0].shape[:2] != key_states.shape[:2]
-                or (filled and self.keys.data_ptr() != buffer[0].data_ptr())
+                or (filled and keys.data_ptr() != buffer[0].data_ptr())
             ):
                 shape = (*key_states.shape[:2], needed + max(256, needed // 2), key_states.shape[-1])
                 buffer = (key_states.new_empty(shape), value_states.new_empty(shape))
                 if filled:
-                    buffer[0][:, :, :filled] = self.keys
-                    buffer[1][:, :, :filled] = self.values
+                    buffer[0][:, :, :filled] = keys
+                    buffer[1][:, :, :filled] = values
                 self._buffer = buffer
             buffer[0][:, :, filled:needed] = key_states
             buffer[1][:, :, filled:needed] = value_states

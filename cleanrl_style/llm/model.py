@@ -69,7 +69,7 @@ def _convert_and_cache(gguf: Path, dtype: Any) -> Path:
     lm = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=dtype, **kwargs)
     target.parent.mkdir(parents=True, exist_ok=True)
     # The weights are already dequantized; drop the GGUF marker so they save as plain tensors.
-    lm.hf_quantizer = None
+    lm.hf_quantizer = None  # type: ignore[assignment]  # transformers declares no None here
     if hasattr(lm.config, "quantization_config"):
         del lm.config.quantization_config
     staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
@@ -134,7 +134,7 @@ def load_causal_lm(model: str | None = None, device: str = "cpu", dtype: Any = N
         raise ModelNotAvailableError(f"cannot load {source!r} offline ({exc}); nothing is downloaded at run time") from exc
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return lm.to(device).eval(), tokenizer
+    return lm.to(device).eval(), tokenizer  # type: ignore[arg-type]  # transformers' wrapped .to() loses its self
 
 
 # ---- what the RL agents need on top of loading: precision, special tokens, LoRA, export ---------------------
@@ -211,7 +211,7 @@ def add_lora(
 
     config = LoraConfig(
         r=rank,
-        lora_alpha=alpha,
+        lora_alpha=alpha,  # type: ignore[arg-type]  # peft annotates int; a float scale works
         lora_dropout=dropout,
         target_modules=target_modules,
         trainable_token_indices=trainable_token_ids or None,

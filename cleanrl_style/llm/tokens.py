@@ -150,7 +150,7 @@ def gradient_step(
     model.train()
     optimizer.zero_grad(set_to_none=True)
     total_tokens = max(sum(sum(m[1:]) for m in masks), 1)
-    loss_sum, sums = 0.0, {}
+    loss_sum, sums = 0.0, dict[str, float]()
     starts = range(0, len(sequences), micro_batch_size)
     with (progress or WorkProgress(enabled=False)).stage("update", total=len(starts), unit="micro-batch") as stage:
         for k, start in enumerate(starts, 1):

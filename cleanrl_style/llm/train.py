@@ -99,7 +99,7 @@ def reference_logprobs(
     stage_name: str = "reference log-probs",
 ) -> list[torch.Tensor]:
     """Per-token log-probs under the reference model (the frozen copy, or the adapter-free base)."""
-    kwargs = dict(temperature=temperature, precision=precision, progress=progress, stage_name=stage_name)
+    kwargs: dict[str, Any] = dict(temperature=temperature, precision=precision, progress=progress, stage_name=stage_name)
     if reference is not None:
         return batched_logprobs(reference, sequences, masks, pad_id, micro_batch_size, **kwargs)
     with policy.disable_adapter():

@@ -30,7 +30,7 @@ import gymnasium as gym
 
 from envs.text.checker import TurnChecker
 from envs.text.parsing import CallParseError, ToolCall, has_tool_call, parse_tool_calls
-from envs.text.suites import CallFailed, World
+from envs.text.suites import CallFailed, ToolSuite, World
 from envs.text.tasks import DEFAULT_SUITE_GROUPS, VARIANTS, Task, TaskSet
 
 Message = dict[str, str]
@@ -84,7 +84,7 @@ def render_tools(schemas: list[dict[str, Any]]) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def _system_prompt(template: str, suite_types: tuple[type, ...], available: frozenset[str]) -> str:
+def _system_prompt(template: str, suite_types: tuple[type[ToolSuite], ...], available: frozenset[str]) -> str:
     """The system prompt for a set of suites and available tools (cached: resets are frequent)."""
     schemas = [s for t in suite_types for s in t.tool_schemas() if s["name"] in available]
     return template.format(tools=render_tools(schemas))

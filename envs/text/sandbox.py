@@ -54,6 +54,7 @@ import tempfile
 import time
 import weakref
 from dataclasses import dataclass, field
+from typing import Any
 
 NOBODY_UID = NOBODY_GID = 65534
 LAYERS = ("namespaces", "landlock", "seccomp")
@@ -687,4 +688,4 @@ class PythonSandbox:
 
 
 # (python, euid, allowed missing layers) -> ("ok", {missing layer: why}) or ("refused", [reasons])
-_PROBES: dict[tuple, tuple[str, object]] = {}
+_PROBES: dict[tuple, tuple[str, Any]] = {}

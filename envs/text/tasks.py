@@ -178,11 +178,11 @@ def generate_task(
             Turn(drafts[i].clarification or "", list(drafts[i].calls), kind="follow_up"),
         ]
     elif variant == "missing_function":
-        options = []
+        first_uses: list[tuple[int, str]] = []
         for i, turn in enumerate(turns):
             earlier = {c.name for t in turns[:i] for c in t.gold_calls}
-            options += [(i, c.name) for c in turn.gold_calls if c.name not in earlier]
-        i, tool = rng.choice(options)  # turn 0 always qualifies, so options is never empty
+            first_uses += [(i, c.name) for c in turn.gold_calls if c.name not in earlier]
+        i, tool = rng.choice(first_uses)  # turn 0 always qualifies, so first_uses is never empty
         withheld = [tool]
         turns[i : i + 1] = [
             Turn(turns[i].user, [], kind="missing_function"),

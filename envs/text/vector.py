@@ -99,8 +99,8 @@ class TextVectorEnv:
             obs, reward, term, trunc, info = self.envs[i].step(actions[i])
             if (term or trunc) and self.autoreset:
                 new_obs, new_info = self.envs[i].reset()
-                return new_obs, reward, term, trunc, new_info | {"final_observation": obs, "final_info": info}
-            return obs, reward, term, trunc, info
+                return new_obs, float(reward), term, trunc, new_info | {"final_observation": obs, "final_info": info}
+            return obs, float(reward), term, trunc, info
 
         results = self._map(one)
         rewards = np.array([r[1] for r in results], dtype=np.float32)
@@ -132,7 +132,7 @@ def make_tool_use_vector_env(num_envs: int, autoreset: bool = False, **env_kwarg
 
     if "tasks" not in env_kwargs:
         task_set_keys = ("split", "num_tasks", "seed", "suite_groups", "variants")
-        defaults = {"split": "train", "num_tasks": 1000, "seed": 0}
+        defaults: dict[str, Any] = {"split": "train", "num_tasks": 1000, "seed": 0}
         set_kwargs = defaults | {k: env_kwargs.pop(k) for k in task_set_keys if k in env_kwargs}
         env_kwargs["tasks"] = TaskSet(**set_kwargs)
     return TextVectorEnv([lambda: ToolUseEnv(**env_kwargs)] * num_envs, autoreset=autoreset)

@@ -20,7 +20,7 @@ from envs.text.parsing import parse_tool_calls  # noqa: E402
 from envs.text.policies import ExpertPolicy  # noqa: E402
 from envs.text.tasks import generate_task  # noqa: E402
 
-pytestmark = pytest.mark.real_model
+pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 MAX_NEW_TOKENS = 16  # CPU prefill of the ~700-token prompt dominates; keep the whole file near a minute
 
 

@@ -99,7 +99,7 @@ class ToolSuite:
         return copy_plain_data(self.public_state())
 
     def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self.public_state() == other.public_state()  # type: ignore[union-attr]
+        return type(self) is type(other) and self.public_state() == other.public_state()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ToolSuite:
         return copy_plain_data(self)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any
+from typing import Any, cast
 
 from envs.text.parsing import ToolCall
 from envs.text.suites.base import C, Draft, SuiteDefinition, ToolError, ToolSuite, World, read_only
@@ -148,6 +148,11 @@ class Calculator(ToolSuite):
 # ---- initial states and task templates (drawn by envs.text.tasks) ----------------------------
 
 
+def calculator_of(world: World) -> Calculator:
+    """The world's calculator suite, typed (``world.suites`` holds ``ToolSuite``)."""
+    return cast(Calculator, world.suites["calculator"])
+
+
 def initial_config(rng: random.Random, long: bool) -> dict[str, Any]:
     """A task's initial state (``long``: the long-context variant's larger one)."""
     return {"memory": float(rng.randint(0, 50))}
@@ -170,7 +175,7 @@ def calc_add_to_memory(rng: random.Random, world: World) -> Draft:
 
 def calc_power_round(rng: random.Random, world: World) -> Draft:
     base, exponent = round(rng.uniform(1.1, 3.0), 3), rng.randint(2, 6)
-    result = world.suites["calculator"].power(base, float(exponent))
+    result = calculator_of(world).power(base, float(exponent))
     return Draft(
         f"Compute {base} to the power {exponent}, rounded to 2 decimal places.",
         [C("power", base=base, exponent=float(exponent)), C("round_number", x=result, digits=2)],

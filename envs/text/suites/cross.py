@@ -6,15 +6,16 @@ import random
 
 from envs.text.suites.bank import bank_of
 from envs.text.suites.base import C, Draft, Template, World
-from envs.text.suites.filesystem import user_files
+from envs.text.suites.filesystem import filesystem_of, user_files
+from envs.text.suites.messaging import messaging_of
 from envs.text.suites.travel import bookable_flights
 from envs.text.suites.words import PEOPLE
 
 
 def cross_file_to_contact(rng: random.Random, world: World) -> Draft:
     path = rng.choice(user_files(world))
-    contact = rng.choice(sorted(world.suites["messaging"].contacts))
-    content = world.suites["filesystem"].files[path]
+    contact = rng.choice(sorted(messaging_of(world).contacts))
+    content = filesystem_of(world).files[path]
     return Draft(
         f"Send {contact} the exact contents of {path} as a message.",
         [C("read_file", path=path), C("send_message", contact=contact, text=content)],
@@ -23,7 +24,7 @@ def cross_file_to_contact(rng: random.Random, world: World) -> Draft:
 
 def cross_balance_to_contact(rng: random.Random, world: World) -> Draft:
     account = rng.choice(sorted(bank_of(world).accounts))
-    contact = rng.choice(sorted(world.suites["messaging"].contacts))
+    contact = rng.choice(sorted(messaging_of(world).contacts))
     balance = bank_of(world).accounts[account]
     return Draft(
         f"Check my {account} balance and send {contact} just the number, exactly as the bank gives it.",

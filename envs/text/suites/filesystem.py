@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import posixpath
 import random
-from typing import Any
+from typing import Any, cast
 
 from envs.text.parsing import ToolCall
 from envs.text.suites.base import C, Draft, SuiteDefinition, ToolError, ToolSuite, World, read_only
@@ -198,6 +198,11 @@ class FileSystem(ToolSuite):
 # ---- initial states and task templates (drawn by envs.text.tasks) ----------------------------
 
 
+def filesystem_of(world: World) -> FileSystem:
+    """The world's filesystem suite, typed (``world.suites`` holds ``ToolSuite``)."""
+    return cast(FileSystem, world.suites["filesystem"])
+
+
 def initial_config(rng: random.Random, long: bool) -> dict[str, Any]:
     """A task's initial state (``long``: the long-context variant's larger one)."""
     files = {
@@ -220,7 +225,7 @@ def initial_config(rng: random.Random, long: bool) -> dict[str, Any]:
 
 
 def user_files(world: World) -> list[str]:
-    return sorted(p for p in world.suites["filesystem"].files if "/archive/" not in p and not p.endswith(".log"))
+    return sorted(p for p in filesystem_of(world).files if "/archive/" not in p and not p.endswith(".log"))
 
 
 def fs_write(rng: random.Random, world: World) -> Draft:
@@ -255,7 +260,7 @@ def fs_move(rng: random.Random, world: World) -> Draft | None:
 
 def fs_copy_new_dir(rng: random.Random, world: World) -> Draft | None:
     directory = f"/home/user/{rng.choice(WORDS)}_{rng.randint(100, 999)}"
-    if directory in world.suites["filesystem"].directories:
+    if directory in filesystem_of(world).directories:
         return None
     path = rng.choice(user_files(world))
     return Draft(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, cast
 
 from envs.text.parsing import ToolCall
 from envs.text.suites.base import C, Draft, SuiteDefinition, ToolError, ToolSuite, World, read_only
@@ -97,6 +97,11 @@ class Messaging(ToolSuite):
 # ---- initial states and task templates (drawn by envs.text.tasks) ----------------------------
 
 
+def messaging_of(world: World) -> Messaging:
+    """The world's messaging suite, typed (``world.suites`` holds ``ToolSuite``)."""
+    return cast(Messaging, world.suites["messaging"])
+
+
 def initial_config(rng: random.Random, long: bool) -> dict[str, Any]:
     """A task's initial state (``long``: the long-context variant's larger one)."""
     names = rng.sample(PEOPLE, 5)
@@ -111,7 +116,7 @@ def initial_config(rng: random.Random, long: bool) -> dict[str, Any]:
 
 
 def msg_send(rng: random.Random, world: World) -> Draft:
-    contact = rng.choice(sorted(world.suites["messaging"].contacts))
+    contact = rng.choice(sorted(messaging_of(world).contacts))
     text = sentence(rng)
     return Draft(
         f'Send {contact} a message saying "{text}".',
@@ -122,13 +127,13 @@ def msg_send(rng: random.Random, world: World) -> Draft:
 
 
 def msg_search(rng: random.Random, world: World) -> Draft:
-    texts = " ".join(m["text"] for m in world.suites["messaging"].messages).lower()
+    texts = " ".join(m["text"] for m in messaging_of(world).messages).lower()
     keyword = rng.choice([w for w in WORDS if w in texts] or WORDS)  # usually one with matches
     return Draft(f'Find my messages that mention "{keyword}".', [C("search_messages", keyword=keyword)])
 
 
 def msg_conversation(rng: random.Random, world: World) -> Draft:
-    contact = rng.choice(sorted(world.suites["messaging"].contacts))
+    contact = rng.choice(sorted(messaging_of(world).contacts))
     return Draft(
         f"Show me my conversation with {contact}.",
         [C("list_messages", contact=contact)],
@@ -138,7 +143,7 @@ def msg_conversation(rng: random.Random, world: World) -> Draft:
 
 
 def msg_add_and_send(rng: random.Random, world: World) -> Draft | None:
-    free = sorted(set(PEOPLE) - set(world.suites["messaging"].contacts))
+    free = sorted(set(PEOPLE) - set(messaging_of(world).contacts))
     if not free:
         return None
     name, user_id, text = rng.choice(free), f"U{rng.randint(1000, 9999)}", sentence(rng)
@@ -149,7 +154,7 @@ def msg_add_and_send(rng: random.Random, world: World) -> Draft | None:
 
 
 def msg_delete(rng: random.Random, world: World) -> Draft | None:
-    messages = world.suites["messaging"].messages
+    messages = messaging_of(world).messages
     if not messages:
         return None
     message = rng.choice(messages)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, cast
 
 from envs.text.parsing import ToolCall
 from envs.text.suites.base import C, Draft, SuiteDefinition, ToolError, ToolSuite, World, read_only
@@ -101,6 +101,11 @@ class Travel(ToolSuite):
 CITIES = ["Paris", "Rome", "Berlin", "Madrid", "Lisbon", "Vienna", "Prague", "Oslo"]
 
 
+def travel_of(world: World) -> Travel:
+    """The world's travel suite, typed (``world.suites`` holds ``ToolSuite``)."""
+    return cast(Travel, world.suites["travel"])
+
+
 def initial_config(rng: random.Random, long: bool) -> dict[str, Any]:
     """A task's initial state (``long``: the long-context variant's larger one)."""
     count = 200 if long else rng.randint(8, 12)
@@ -128,12 +133,12 @@ def initial_config(rng: random.Random, long: bool) -> dict[str, Any]:
 
 
 def bookable_flights(world: World, margin: float = 60.0) -> list[dict[str, Any]]:
-    travel = world.suites["travel"]
+    travel = travel_of(world)
     return [f for f in travel.flights if f["seats"] > 0 and f["price"] <= travel.budget - margin]
 
 
 def travel_search(rng: random.Random, world: World) -> Draft:
-    flight = rng.choice(world.suites["travel"].flights)
+    flight = rng.choice(travel_of(world).flights)
     return Draft(
         f"Find flights from {flight['origin']} to {flight['destination']} on {flight['date']}.",
         [C("search_flights", origin=flight["origin"], destination=flight["destination"], date=flight["date"])],
@@ -158,7 +163,7 @@ def travel_book_cheapest(rng: random.Random, world: World) -> Draft | None:
     if not bookable:
         return None
     flight = rng.choice(bookable)
-    found = world.suites["travel"].search_flights(flight["origin"], flight["destination"], flight["date"])
+    found = travel_of(world).search_flights(flight["origin"], flight["destination"], flight["date"])
     cheapest = found[0]
     if cheapest not in bookable and not any(b["flight_id"] == cheapest["flight_id"] for b in bookable):
         return None
@@ -173,7 +178,7 @@ def travel_book_cheapest(rng: random.Random, world: World) -> Draft | None:
 
 
 def travel_cancel_last(rng: random.Random, world: World) -> Draft | None:
-    bookings = world.suites["travel"].bookings
+    bookings = travel_of(world).bookings
     if not bookings:
         return None
     last = sorted(bookings)[-1]
@@ -188,7 +193,7 @@ def travel_budget(rng: random.Random, world: World) -> Draft:
 
 
 def travel_long_search(rng: random.Random, world: World) -> Draft:
-    flight = rng.choice(world.suites["travel"].flights)
+    flight = rng.choice(travel_of(world).flights)
     return Draft(
         f"List every flight from {flight['origin']} to {flight['destination']}, any day.",
         [C("search_flights", origin=flight["origin"], destination=flight["destination"])],

@@ -1,2 +1,0 @@
-def pytest_configure(config):
-    config.addinivalue_line("markers", "real_model: runs the offline SmolLM2-135M-Instruct model (select with -m real_model)")
