@@ -105,6 +105,9 @@ class Args(RunArgs):
     """probability that an output of the actor or of a critic sub-network passes no gradient (0: off)"""
     sb_map: Literal["abs", "sigmoid"] = "abs"
     """how S and B come from the actor's tanh(net / 2) outputs y: |y| (official) or (1 + y) / 2"""
+    action_reward: float = 0.0
+    """stored reward + this x sum(a^2) of the action taken (the official S2 buffer adds 0.1 x sum(a^2), which
+    counters swaddling's pull toward weak actions); 0: the environment's reward alone"""
     q_bar_init: Literal["zero", "first-batch"] = "zero"
     """starting Qbar of the Temporal Advantage: 0 (official) or the first batch's mean of q'"""
     hidden: int = 512
@@ -419,7 +422,8 @@ if __name__ == "__main__":
             with run.autocast():
                 action = agent.explore(obs)
         next_obs, reward, terminated, truncated, info = vec_env.step(action)
-        rb.add(obs, action, reward, info["final_obs"], terminated, truncated)
+        stored_reward = reward + args.action_reward * action.square().sum(-1) if args.action_reward else reward
+        rb.add(obs, action, stored_reward, info["final_obs"], terminated, truncated)
         obs = next_obs
         global_step += args.num_envs
         if episodes.add(info):
