@@ -44,6 +44,9 @@ Choices made here (the paper and the official code leave them open, or this suit
   Evaluation acts with ``a_max * tanh(S * A)`` (no noise); there is no observation normalization.
 - Not taken from the official training loop: noise-only actions in the last 50 steps of each
   training episode, and the buffer's rule that keeps terminal transitions from being overwritten.
+- Stored rewards are the environment's: the official S2 buffer adds ``0.1 * sum(a^2)``
+  (``--action-reward 0.1`` does the same), and S2's critic target also subtracts the swaddling value
+  (``r + gamma (1 - d)(q' - Sw)``), which this suite does not.
 - The three critic sub-networks are one ``Ensemble``: stacked weights, one batched call; actor and
   critic parameters live in one flat tensor (``FlatParameters``), so the optimizer step is a few ops.
 - Truncated episodes bootstrap from the true final observation (``info["final_obs"]``).
