@@ -47,12 +47,12 @@ from cleanrl_style import Run
 from cleanrl_style.llm.args import LLMRunArgs
 from cleanrl_style.llm.progress import WorkProgress
 from cleanrl_style.llm.rollout import collect_groups, evaluate_held_out
-from cleanrl_style.llm.tokens import TokenLoss, batched_logprobs, gradient_step
+from cleanrl_style.llm.tokens import TokenLoss
 from cleanrl_style.llm.train import (
     build_policy,
     finish,
     iteration_seed,
-    reference_logprobs,
+    policy_update,
     rollout_metrics,
     sample_groups,
     save_policy_checkpoint,
@@ -132,7 +132,7 @@ if __name__ == "__main__":
         lora_alpha=args.lora_alpha,
         checkpoint=run.checkpoint,
     )
-    policy, tokenizer, pad_id = setup.policy, setup.tokenizer, setup.tokenizer.pad_token_id
+    policy, tokenizer = setup.policy, setup.tokenizer
     family, settings, eval_settings = args.task_family(), args.rollout_settings(), args.eval_settings()
     progress = WorkProgress(bar=args.progress_bar)
     loss_fn = clipped_token_loss(args.clip_coef, args.kl_coef)
@@ -150,45 +150,34 @@ if __name__ == "__main__":
         # ---- GRPO: one advantage per episode, on every policy token of it -------------------------
         advantages = group_advantages(rewards, args.adv_eps).flatten()
         sequences, masks = [r.tokens for r in rollouts], [r.policy_mask for r in rollouts]
-        per_token = {"advantages": [torch.full((len(r.tokens),), float(a)) for r, a in zip(rollouts, advantages)]}
-        common = dict(temperature=args.temperature, precision=args.precision, progress=progress)
-        if args.kl_coef > 0:
-            per_token["ref_logp"] = reference_logprobs(
-                policy, setup.reference, sequences, masks, pad_id, args.micro_batch_size, **common
-            )
-        if args.update_epochs > 1:
-            per_token["old_logp"] = batched_logprobs(policy, sequences, masks, pad_id, args.micro_batch_size, **common)
-        for _ in range(args.update_epochs):
-            update = gradient_step(
-                policy,
-                setup.optimizer,
-                sequences,
-                masks,
-                pad_id,
-                loss_fn,
-                per_token=per_token,
-                micro_batch_size=args.micro_batch_size,
-                max_grad_norm=args.max_grad_norm,
-                aggregation=args.loss_aggregation,
-                **common,
-            )
+        losses = policy_update(
+            setup,
+            sequences,
+            masks,
+            [torch.full((len(r.tokens),), float(a)) for r, a in zip(rollouts, advantages)],
+            loss_fn,
+            kl_coef=args.kl_coef,
+            update_epochs=args.update_epochs,
+            micro_batch_size=args.micro_batch_size,
+            max_grad_norm=args.max_grad_norm,
+            aggregation=args.loss_aggregation,
+            temperature=args.temperature,
+            precision=args.precision,
+            progress=progress,
+        )
 
         # ---- logging, evaluation, checkpoints ----------------------------------------------------
-        metrics = rollout_metrics(rollouts, rewards, timing) | {
-            "losses/policy_loss": update["loss"],
-            "losses/kl": update.get("kl", 0.0),
-            "losses/clipfrac": update["clipfrac"],
-            "losses/approx_kl": update["approx_kl"],
-            "losses/grad_norm": update["grad_norm"],
-            "charts/learning_rate": args.learning_rate,
-            "time/iteration_seconds": time.perf_counter() - started,
-            "time/iteration_cpu_seconds": time.process_time() - cpu_started,
-        }
+        metrics = (
+            rollout_metrics(rollouts, rewards, timing)
+            | losses
+            | {
+                "charts/learning_rate": args.learning_rate,
+                "time/iteration_seconds": time.perf_counter() - started,
+                "time/iteration_cpu_seconds": time.process_time() - cpu_started,
+            }
+        )
         if args.eval_every and iteration % args.eval_every == 0 and iteration < args.total_timesteps:
-            started, cpu_started = time.perf_counter(), time.process_time()
             metrics |= evaluate_held_out(policy, tokenizer, family, args.eval_episodes, eval_settings, progress=progress)
-            metrics["time/eval_seconds"] = time.perf_counter() - started
-            metrics["time/eval_cpu_seconds"] = time.process_time() - cpu_started
         run.log(iteration, metrics)
         run.progress(iteration, metrics["charts/success_rate"])
         if run.checkpoint_due(iteration) or iteration == args.total_timesteps:

@@ -47,11 +47,12 @@ from cleanrl_style import Run
 from cleanrl_style.llm.args import LLMRunArgs
 from cleanrl_style.llm.progress import WorkProgress
 from cleanrl_style.llm.rollout import Rollout, chat_template_text, collect_groups, encode, evaluate_held_out
-from cleanrl_style.llm.tokens import TokenLoss, batched_logprobs, gradient_step
+from cleanrl_style.llm.tokens import TokenLoss, batched_logprobs
 from cleanrl_style.llm.train import (
     build_policy,
     finish,
     iteration_seed,
+    policy_update,
     reference_logprobs,
     rollout_metrics,
     sample_groups,
@@ -308,7 +309,7 @@ if __name__ == "__main__":
         lora_alpha=args.lora_alpha,
         checkpoint=run.checkpoint,
     )
-    policy, tokenizer, pad_id = setup.policy, setup.tokenizer, setup.tokenizer.pad_token_id
+    policy, tokenizer = setup.policy, setup.tokenizer
     family, settings, eval_settings = args.task_family(), args.rollout_settings(), args.eval_settings()
     progress = WorkProgress(bar=args.progress_bar)
     loss_fn = clipped_token_loss(args.clip_coef, args.kl_coef)
@@ -327,45 +328,34 @@ if __name__ == "__main__":
         )
 
         sequences, masks = [r.tokens for r in rollouts], [r.policy_mask for r in rollouts]
-        per_token = {"advantages": token_advantages}
-        common = dict(temperature=args.temperature, precision=args.precision, progress=progress)
-        if args.kl_coef > 0:
-            per_token["ref_logp"] = reference_logprobs(
-                policy, setup.reference, sequences, masks, pad_id, args.micro_batch_size, **common
-            )
-        update = gradient_step(
-            policy,
-            setup.optimizer,
+        losses = policy_update(
+            setup,
             sequences,
             masks,
-            pad_id,
+            token_advantages,
             loss_fn,
-            per_token=per_token,
+            kl_coef=args.kl_coef,
+            update_epochs=1,
             micro_batch_size=args.micro_batch_size,
             max_grad_norm=args.max_grad_norm,
             aggregation=args.loss_aggregation,
-            **common,
+            temperature=args.temperature,
+            precision=args.precision,
+            progress=progress,
         )
 
         metrics = (
             rollout_metrics(rollouts, rewards, timing)
             | ts_stats
+            | losses
             | {
-                "losses/policy_loss": update["loss"],
-                "losses/kl": update.get("kl", 0.0),
-                "losses/clipfrac": update["clipfrac"],
-                "losses/approx_kl": update["approx_kl"],
-                "losses/grad_norm": update["grad_norm"],
                 "charts/learning_rate": args.learning_rate,
                 "time/iteration_seconds": time.perf_counter() - started,
                 "time/iteration_cpu_seconds": time.process_time() - cpu_started,
             }
         )
         if args.eval_every and iteration % args.eval_every == 0 and iteration < args.total_timesteps:
-            started, cpu_started = time.perf_counter(), time.process_time()
             metrics |= evaluate_held_out(policy, tokenizer, family, args.eval_episodes, eval_settings, progress=progress)
-            metrics["time/eval_seconds"] = time.perf_counter() - started
-            metrics["time/eval_cpu_seconds"] = time.process_time() - cpu_started
         run.log(iteration, metrics)
         run.progress(iteration, metrics["charts/success_rate"])
         if run.checkpoint_due(iteration) or iteration == args.total_timesteps:

@@ -370,7 +370,8 @@ def evaluate_held_out(
     progress: WorkProgress | None = None,
 ) -> dict[str, float]:
     """Greedy episodes on the first ``num_episodes`` test-split tasks of ``family`` (the same ones
-    every time), as the metrics the agents log: ``charts/test_success_rate`` and ``eval/*``.
+    every time), as the metrics the agents log: ``charts/test_success_rate``, ``eval/*`` and its wall
+    and CPU seconds (``time/eval_seconds``, ``time/eval_cpu_seconds``).
 
     Raises:
         ValueError: the family's test split has fewer tasks than asked for.
@@ -381,6 +382,7 @@ def evaluate_held_out(
             "lower --eval-episodes or raise --num-tasks"
         )
     ids = family.test_ids[:num_episodes]
+    started, cpu_started = time.perf_counter(), time.process_time()
     rollouts, timing = collect_rollouts(
         model,
         tokenizer,
@@ -398,4 +400,6 @@ def evaluate_held_out(
         "eval/tool_errors_per_episode": stats["tool_errors_per_episode"],
         "eval/cut_fraction": stats["cut_fraction"],
         "eval/tokens_per_second": timing["tokens_per_second"],
+        "time/eval_seconds": time.perf_counter() - started,
+        "time/eval_cpu_seconds": time.process_time() - cpu_started,
     }

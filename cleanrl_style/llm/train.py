@@ -3,6 +3,8 @@
     setup = build_policy(model="", device="cpu", learning_rate=1e-6, checkpoint=run.checkpoint)
     setup.policy, setup.tokenizer, setup.reference, setup.optimizer, setup.start_iteration
     ref = reference_logprobs(setup.policy, setup.reference, sequences, masks, pad_id, micro_batch_size=4)
+    losses = policy_update(setup, sequences, masks, advantages, loss_fn, kl_coef=0.1, update_epochs=1,
+                           micro_batch_size=4, max_grad_norm=1.0, aggregation="sequence", temperature=1.0, precision="fp32")
     save_policy_checkpoint(run, iteration, setup.policy, setup.optimizer)
     export_model(run, setup.policy, setup.tokenizer)    # runs/<run>/model: a folder --model accepts
 
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import random
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,7 @@ import torch
 from cleanrl_style.llm.model import add_lora, add_special_tokens, load_causal_lm, save_model_folder
 from cleanrl_style.llm.progress import WorkProgress
 from cleanrl_style.llm.rollout import RolloutSettings, evaluate_held_out, rollout_stats
-from cleanrl_style.llm.tokens import batched_logprobs
+from cleanrl_style.llm.tokens import TokenLoss, batched_logprobs, gradient_step
 
 
 @dataclass
@@ -152,6 +153,62 @@ def rollout_metrics(rollouts: Sequence[Any], rewards: torch.Tensor, timing: dict
     }
 
 
+def policy_update(
+    setup: PolicySetup,
+    sequences: Sequence[Sequence[int]],
+    masks: Sequence[Sequence[bool]],
+    advantages: Sequence[torch.Tensor],
+    loss_fn: TokenLoss,
+    *,
+    kl_coef: float,
+    update_epochs: int,
+    micro_batch_size: int,
+    max_grad_norm: float,
+    aggregation: str,
+    temperature: float,
+    precision: str,
+    progress: WorkProgress | None = None,
+) -> dict[str, float]:
+    """The token-level optimization of the GRPO family for one batch, as ``losses/*`` metrics.
+
+    ``advantages`` holds one (len_i,) tensor per sequence (the algorithm's credit); ``loss_fn`` reads
+    them with the reference log-probs (computed when ``kl_coef`` > 0) and the sampling policy's
+    log-probs (computed when ``update_epochs`` > 1: with one epoch the ratio is 1). Then
+    ``update_epochs`` gradient steps; the metrics are the last step's.
+    """
+    policy, pad_id = setup.policy, setup.tokenizer.pad_token_id
+    per_token: dict[str, Sequence[torch.Tensor]] = {"advantages": advantages}
+    common: dict[str, Any] = dict(temperature=temperature, precision=precision, progress=progress)
+    if kl_coef > 0:
+        per_token["ref_logp"] = reference_logprobs(
+            policy, setup.reference, sequences, masks, pad_id, micro_batch_size, **common
+        )
+    if update_epochs > 1:
+        per_token["old_logp"] = batched_logprobs(policy, sequences, masks, pad_id, micro_batch_size, **common)
+    update: dict[str, float] = {}
+    for _ in range(update_epochs):
+        update = gradient_step(
+            policy,
+            setup.optimizer,
+            sequences,
+            masks,
+            pad_id,
+            loss_fn,
+            per_token=per_token,
+            micro_batch_size=micro_batch_size,
+            max_grad_norm=max_grad_norm,
+            aggregation=aggregation,
+            **common,
+        )
+    return {
+        "losses/policy_loss": update["loss"],
+        "losses/kl": update.get("kl", 0.0),
+        "losses/clipfrac": update["clipfrac"],
+        "losses/approx_kl": update["approx_kl"],
+        "losses/grad_norm": update["grad_norm"],
+    }
+
+
 def finish(
     run: Any,
     policy: Any,
@@ -170,12 +227,9 @@ def finish(
     if eval_episodes > 0:
         if progress is not None:
             progress.prefix = "final"
-        started, cpu_started = time.perf_counter(), time.process_time()
         metrics = evaluate_held_out(
             policy, tokenizer, family, eval_episodes, eval_settings, first_user_suffix=first_user_suffix, progress=progress
         )
-        metrics["time/eval_seconds"] = time.perf_counter() - started
-        metrics["time/eval_cpu_seconds"] = time.process_time() - cpu_started
         run.log(final_step, metrics)
         suffix = f" (conditioned on {first_user_suffix.strip()})" if first_user_suffix else ""
         print(f"held-out success over {eval_episodes} tasks{suffix}: {metrics['charts/test_success_rate']:.3f}")
