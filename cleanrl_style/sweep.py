@@ -144,14 +144,16 @@ def expand_grid(
     return points
 
 
-def recipe_points(recipe: Recipe, arms: list[str] | None = None) -> list[GridPoint]:
-    """Every (arm, env, seed) of a recipe, in arm, env, seed order; ``arms`` restricts to those arms."""
+def recipe_points(recipe: Recipe, arms: list[str] | None = None, seeds: list[int] | None = None) -> list[GridPoint]:
+    """Every (arm, env, seed) of a recipe, in arm, env, seed order; ``arms`` and ``seeds`` restrict to
+    those arms and seeds (so that a first seed of every arm can run before the second of any)."""
     chosen = [recipe.arm(name) for name in arms] if arms else list(recipe.arms)
     points = [
         GridPoint(Path(arm.agent).stem, str(resolve_agent(arm.agent)), env, seed, flags=arm.flags, arm=arm.name)
         for arm in chosen
         for env in arm.envs
         for seed in arm.seeds
+        if not seeds or seed in seeds
     ]
     names = [p.folder_name() for p in points]
     if len(set(names)) != len(names):
@@ -348,8 +350,8 @@ class SweepArgs:
     """agent names in agents/ (ppo_nap ...) or .py paths"""
     envs: Annotated[list[str], tyro.conf.arg(metavar="ENV ...")] = field(default_factory=list)
     """env short names or registered ids"""
-    seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
-    """seeds of every grid point"""
+    seeds: list[int] = field(default_factory=list)
+    """seeds of every grid point (default: 1 2 3); with --recipe: run only these of its seeds"""
     grid: Annotated[list[str], tyro.conf.UseAppendAction, tyro.conf.arg(metavar="KEY=V1,V2")] = field(default_factory=list)
     """agent flag values to sweep; true/false become --KEY/--no-KEY"""
     flags: str = ""
@@ -398,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
             usage_error("--recipe takes its agents, envs and flags from the file; drop --agents/--envs/--grid/--flags")
         try:
             recipe = load_recipe(args.recipe)
-            points = recipe_points(recipe, args.arms)
+            points = recipe_points(recipe, args.arms, args.seeds)
         except (RecipeError, KeyError) as e:
             usage_error(str(e).strip("'\""))
         sweep_dir = Path(args.sweep_dir or RECIPE_RUNS / recipe.name).resolve()
@@ -409,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.arms:
             usage_error("--arms selects arms of a --recipe")
         grid = parse_grid(args.grid)
-        points = expand_grid(args.agents, args.envs, args.seeds, grid, shlex.split(args.flags), args.imports)
+        points = expand_grid(args.agents, args.envs, args.seeds or [1, 2, 3], grid, shlex.split(args.flags), args.imports)
         sweep_dir = Path(args.sweep_dir or "runs/sweep").resolve()
     placed = [(p, sweep_dir / p.folder_name()) for p in points]
     todo = [(p, d) for p, d in placed if point_status(d) != "done"]
