@@ -323,7 +323,8 @@ def _worker_command(mode: str, context: dict) -> list[str]:
     drop = ["setpriv", f"--reuid={UNPRIVILEGED_UID}", f"--regid={UNPRIVILEGED_UID}", "--clear-groups"]
     # What the worker does before any attack: import the project, and start the interpreter again
     # from there (the sandbox asks it where its installation lies).
-    probe = [sys.executable, "-c", "import subprocess, sys, envs.text; subprocess.run([sys.executable, '-I', '-c', ''], check=True)"]
+    again = "subprocess.run([sys.executable, '-I', '-c', ''], check=True)"
+    probe = [sys.executable, "-c", f"import subprocess, sys, envs.text; {again}"]
     if _runs(drop, probe, context) is None:
         return [*drop, *worker]
     # The interpreter or the checkout sits where this uid cannot read (a Python under /root): keep
