@@ -333,9 +333,21 @@ def _worker_command(mode: str, context: dict) -> list[str]:
     if (error := _runs(drop, probe, context)) is not None:
         pytest.skip(
             f"uid {UNPRIVILEGED_UID} cannot start {sys.executable} with the project imported, even with the capability "
-            f"to read any file: {error}. Run the tests from a checkout and a Python that other users can reach."
+            f"to read any file: {error}. Closed to other users: {_closed_to_others()}. Run the tests from a "
+            "checkout and a Python that other users can reach."
         )
     return [*drop, *worker]
+
+
+def _closed_to_others() -> str:
+    """The folders on the way to the interpreter and the checkout that other users cannot enter."""
+    closed = []
+    for target in (sys.executable, os.path.realpath(sys.executable), str(REPO)):
+        for folder in [*reversed(Path(target).parents)]:
+            mode = folder.stat().st_mode & 0o777
+            if not mode & 0o001 and f"{folder} ({mode:o})" not in closed:
+                closed.append(f"{folder} ({mode:o})")
+    return ", ".join(closed) or "none"
 
 
 def _runs(drop: list[str], probe: list[str], context: dict) -> str | None:
