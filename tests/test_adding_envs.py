@@ -66,6 +66,7 @@ def test_the_new_gymnasium_env_passes_the_checker(project):
     assert "MyEnv-v0: follows the contract" in proc.stdout and "FAIL" not in proc.stdout
 
 
+@pytest.mark.slow
 def test_an_agent_trains_on_the_new_env_through_the_launcher(project):
     proc = run(
         [
@@ -87,6 +88,7 @@ def test_an_agent_trains_on_the_new_env_through_the_launcher(project):
     assert "evaluation over 2 episodes" in proc.stdout
 
 
+@pytest.mark.slow
 def test_a_sweep_imports_the_module_that_registers_the_env(project):
     proc = run(
         [

@@ -87,6 +87,7 @@ def test_the_env_checker_passes_a_dmc_task():
     assert all(r.ok for r in results), "\n".join(r.line() for r in results)
 
 
+@pytest.mark.slow
 def test_sac_simba_runs_on_a_dmc_task(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_agent(

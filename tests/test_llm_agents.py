@@ -54,10 +54,10 @@ def progress_values(run_dir, metric):
 @pytest.mark.parametrize(
     "agent,env,precision,flags",
     [
-        ("grpo", "tools:bank+travel", "bf16", ()),
-        ("grpo", "python-math", "fp32", ()),
-        ("turnsight", "python-math", "bf16", ()),
-        ("rc_grpo", "tools:bank", "bf16", ("--stage", "rl")),
+        pytest.param("grpo", "tools:bank+travel", "bf16", (), marks=pytest.mark.slow),
+        ("grpo", "python-math", "fp32", ()),  # the everyday tier keeps one family end to end
+        pytest.param("turnsight", "python-math", "bf16", (), marks=pytest.mark.slow),
+        pytest.param("rc_grpo", "tools:bank", "bf16", ("--stage", "rl"), marks=pytest.mark.slow),
     ],
 )
 def test_agent_runs_on_each_env_family(agent, env, precision, flags, tiny_model_dir, tmp_path):
@@ -123,6 +123,7 @@ def test_agent_survives_a_kill_and_resumes_to_the_end(agent, flags, tiny_model_d
     assert (run_dir / "model" / "config.json").exists()
 
 
+@pytest.mark.slow
 def test_rctp_then_rc_grpo_from_its_model(tiny_model_dir, tmp_path):
     rctp = tmp_path / "rctp"
     run_agent(

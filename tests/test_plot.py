@@ -237,6 +237,7 @@ def is_png(path: Path) -> bool:
     return path.exists() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
 
 
+@pytest.mark.slow
 def test_the_command_writes_every_figure_and_table_from_synthetic_logs(synthetic_runs, tmp_path):
     out = tmp_path / "plots"
     proc = subprocess.run(
@@ -307,6 +308,7 @@ def reference_final_by_hand(algorithm: str, env_id: str, budget: float) -> list[
     return finals
 
 
+@pytest.mark.slow
 def test_published_curves_alone_are_drawn_at_the_budget_every_algorithm_reached(tmp_path):
     out = tmp_path / "plots"
     proc = subprocess.run(

@@ -56,6 +56,7 @@ def test_ppo_nap_learns_inverted_pendulum(run_agent, tmp_path, precision):
     assert evaluate_run(str(run_dir), episodes=3).mean() > 200
 
 
+@pytest.mark.slow
 def test_plain_baseline_flags_remove_layer_norm_and_projection(run_agent, tmp_path):
     run_dir = tmp_path / "plain"
     run_agent(
@@ -132,6 +133,7 @@ def test_unknown_env_and_bad_batch_are_reported(run_agent):
     assert proc.returncode == 2 and "--num-minibatches 1000 exceeds one batch (128 steps" in proc.stderr
 
 
+@pytest.mark.slow
 def test_evaluate_cli_reports_mean_and_std(run_agent, tmp_path):
     run_dir = tmp_path / "cli"
     run_agent("ppo_nap", *FAST, "--total-timesteps", "256", "--eval-episodes", "1", run_dir=run_dir)
@@ -165,6 +167,7 @@ def test_written_out_gaussian_matches_torch_distributions():
     assert value.shape == (4,)
 
 
+@pytest.mark.slow
 def test_compiled_minibatch_loss_trains_like_the_eager_one(run_agent, tmp_path):
     """--compile on fuses the loss's forward and backward; it must compute the same update (float rounding
     aside): one iteration of 8 minibatch updates from the same seed ends at the same parameters."""

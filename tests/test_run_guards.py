@@ -134,6 +134,7 @@ def test_an_empty_truncated_or_extended_checkpoint_is_refused_naming_the_file(tm
         load_checkpoint(path)
 
 
+@pytest.mark.slow
 def test_resume_of_a_corrupt_checkpoint_is_a_one_line_error_and_stale_temporaries_go(tmp_path):
     run_dir = tmp_path / "run"
     assert agent("ppo_nap", *FAST_PPO, "--total-timesteps", "128", "--checkpoint-every", "64", "--run-dir", str(run_dir),
@@ -152,6 +153,7 @@ def test_resume_of_a_corrupt_checkpoint_is_a_one_line_error_and_stale_temporarie
 # ---- resume flags --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_resume_refuses_contradicting_flags_and_applies_a_larger_total(tmp_path):
     run_dir = tmp_path / "run"
     assert agent("ppo_nap", *FAST_PPO, "--total-timesteps", "128", "--run-dir", str(run_dir), cwd=tmp_path).returncode == 0

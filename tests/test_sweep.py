@@ -112,6 +112,7 @@ def test_grid_expands_agent_env_values_seed_into_distinct_run_folders(tiny_agent
     assert len({p.folder_name() for p in points}) == len(points)
 
 
+@pytest.mark.slow
 def test_a_sweep_completes_and_a_second_invocation_does_nothing(tiny_agent, tmp_path):
     sweep_dir = tmp_path / "sweep"
     first = run_sweep(tiny_agent, sweep_dir)
@@ -126,6 +127,7 @@ def test_a_sweep_completes_and_a_second_invocation_does_nothing(tiny_agent, tmp_
     assert {d: (d / "progress.csv").stat().st_mtime_ns for d in runs} == mtimes
 
 
+@pytest.mark.slow
 def test_grid_values_reach_the_agent_as_flags_and_a_failing_run_is_reported_with_its_log(tiny_agent, tmp_path):
     sweep_dir = tmp_path / "sweep"
     proc = subprocess.run(
@@ -197,6 +199,7 @@ def test_a_sweep_killed_midway_finishes_on_restart_without_duplicated_or_missing
     assert "resume" in started_as
 
 
+@pytest.mark.slow
 def test_the_ray_launcher_runs_the_same_grid_on_a_ray_cluster(tiny_agent, tmp_path):
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)

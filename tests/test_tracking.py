@@ -47,6 +47,7 @@ def wandb_history(path) -> dict[int, dict[str, float]]:
     return history
 
 
+@pytest.mark.slow
 def test_an_offline_tracked_run_writes_the_csvs_scalars_to_wandb(tmp_path):
     run_dir = tmp_path / "run"
     flags = ["--env", "InvertedPendulum", "--total-timesteps", "1024", "--num-envs", "4", "--num-steps", "128"]

@@ -65,6 +65,7 @@ def filmed_run(tmp_path_factory):
     return run_dir, proc.stdout
 
 
+@pytest.mark.slow
 def test_training_writes_playable_mp4s_with_one_frame_per_step(filmed_run):
     run_dir, stdout = filmed_run
     filmed = VIDEO_LINE.findall(stdout)
@@ -112,6 +113,7 @@ def test_training_prints_plain_progress_lines_when_stdout_is_not_a_terminal(film
     assert all(" | return " in line and " | elapsed " in line for line in lines)
 
 
+@pytest.mark.slow
 def test_filming_leaves_training_unchanged(filmed_run, tmp_path):
     """The same run without videos logs the same returns: filming draws nothing from the training RNGs."""
     run_dir, _ = filmed_run
@@ -123,6 +125,7 @@ def test_filming_leaves_training_unchanged(filmed_run, tmp_path):
     assert [(s, v) for s, _, v in filmed] == [(s, v) for s, _, v in plain]
 
 
+@pytest.mark.slow
 def test_evaluate_films_the_episodes_it_scores(filmed_run):
     run_dir, _ = filmed_run
     proc = subprocess.run(
@@ -164,6 +167,7 @@ def test_a_missing_gl_library_fails_at_start_naming_it(tmp_path):
     assert "charts/SPS" not in (tmp_path / "run" / "progress.csv").read_text()  # nothing trained
 
 
+@pytest.mark.slow
 def test_the_final_policy_is_filmed_without_an_evaluation(tmp_path):
     flags = list(FLAGS)
     flags[flags.index("--eval-episodes") + 1] = "0"

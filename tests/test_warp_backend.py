@@ -71,7 +71,10 @@ def load_and_step(env: WarpVectorEnv, records):
     return env.step(actions)
 
 
-@pytest.mark.parametrize("env_id", DYNAMICS_PARITY)
+# Humanoid's step compiles the largest warp kernels (about 30 s on a CPU): the slow tier.
+@pytest.mark.parametrize(
+    "env_id", [pytest.param(e, marks=pytest.mark.slow) if e == "Humanoid-v5" else e for e in DYNAMICS_PARITY]
+)
 def test_step_matches_gymnasium(env_id):
     records, _ = gymnasium_rollout(env_id)
     with WarpVectorEnv(env_id, len(records), seed=0) as env:
@@ -273,6 +276,7 @@ def test_make_runs_an_episode_through_the_contract():
     env.close()
 
 
+@pytest.mark.slow
 def test_ppo_nap_smoke_run_on_warp(run_agent, tmp_path):
     run_agent(
         "ppo_nap",
