@@ -800,14 +800,16 @@ def plot_nap(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
 
 
 def plot_llm(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 1000, seed: int = 0) -> list[Path]:
-    """Per env: success rate (train solid, test dashed) and zero-variance group fraction per step."""
+    """Per env: success rate (train solid, test dashed), zero-variance group fraction and wall time per step."""
     plt = _pyplot()
     paths = []
     llm_runs = [r for r in runs if any(m in r.series for m in LLM_METRICS)]
     for env in sorted({r.env for r in llm_runs}):
         here = [r for r in llm_runs if r.env == env]
         colors = _colors(sorted({r.label for r in here}))
-        fig, (ax_success, ax_zero) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+        fig, (ax_success, ax_zero, ax_time) = plt.subplots(
+            1, 3, figsize=(15, 4), layout="constrained", gridspec_kw={"width_ratios": [1, 1, 0.8]}
+        )
         for (label, _), group in by_label_and_env(here).items():
             for metric, suffix, style in (("charts/success_rate", "train", "-"), ("charts/test_success_rate", "test", "--")):
                 _draw_band(
@@ -837,13 +839,21 @@ def plot_llm(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
                 1,
                 label=label,
             )
+            for run in group:  # wall time is a cost of each run, not a statistic: one line per seed
+                rows = next((run.series[m] for m in LLM_METRICS if m in run.series and len(run.series[m])), None)
+                if rows is not None:
+                    ax_time.plot(rows[:, 0], rows[:, 1] / 60, color=colors[label], lw=1.2, marker=".",
+                                 label=label if run is group[0] else None)  # fmt: skip
         ax_success.set_title("success rate")
         ax_zero.set_title("fraction of groups with zero reward variance")
-        for ax in (ax_success, ax_zero):
-            ax.set_xlabel("step")
-            ax.set_ylim(-0.02, 1.02)
+        ax_time.set_title("wall time (each seed)")
+        ax_time.set_ylabel("minutes since start")
+        for ax in (ax_success, ax_zero, ax_time):
+            ax.set_xlabel("iteration")  # the language-model agents' step
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
+        for ax in (ax_success, ax_zero):
+            ax.set_ylim(-0.02, 1.02)
         fig.suptitle(f"{env} (mean over seeds, {ci:.0%} bootstrap CI)")
         path = out / f"llm_{env.replace('/', '_')}.png"
         fig.savefig(path, dpi=110)
