@@ -25,8 +25,12 @@ Reads every run under the given folders (a folder with ``progress.csv`` and ``ar
     the NaP figure: per-layer weight norm and effective learning rate (``nap/norm/*``,
     ``nap/eff_lr/*``) over training, one line per agent or flag value (with and without projection).
 ``llm_<env>.png``
-    for language-model agents: ``charts/success_rate`` (and ``charts/test_success_rate``) and
-    ``charts/zero_variance_fraction`` per step.
+    for language-model agents: ``charts/success_rate`` (and ``charts/test_success_rate``),
+    ``charts/zero_variance_fraction`` and each seed's wall time per iteration.
+``llm_summary.md`` / ``llm_summary.csv``
+    for language-model agents, one row per (line, env): held-out success at each evaluated
+    iteration and at the last, the mean training success and zero-variance fraction over the
+    iterations, and the wall time (means over seeds).
 
 Lines are named by the sweep's label (``sweep.json``), else by the agent (``exp_name``) and the
 arguments that differ between its runs; ``--group-by nap learning_rate`` names them by those
@@ -799,6 +803,38 @@ def plot_nap(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
     return paths
 
 
+def llm_summary_rows(runs: list[RunData]) -> list[dict]:
+    """One row per (line, env) of language-model runs; every figure a mean over the line's seeds."""
+    rows = []
+    llm_runs = [r for r in runs if any(m in r.series for m in LLM_METRICS)]
+
+    def mean_of(group: list[RunData], metric: str, reduce: Callable[[np.ndarray], float]) -> float:
+        values = [reduce(r.series[metric]) for r in group if metric in r.series and len(r.series[metric])]
+        return float(np.mean(values)) if values else float("nan")
+
+    for (label, env), group in by_label_and_env(llm_runs).items():
+        tested = [r.series["charts/test_success_rate"] for r in group if "charts/test_success_rate" in r.series]
+        steps = sorted({int(step) for rows_ in tested for step in rows_[:, 0]})
+        by_step = {
+            step: np.mean([rows_[rows_[:, 0] == step, 2][-1] for rows_ in tested if step in rows_[:, 0]]) for step in steps
+        }
+        logged = [r.series[m] for r in group for m in LLM_METRICS[:1] + LLM_METRICS[2:] if m in r.series]
+        rows.append(
+            {
+                "agent": label,
+                "env": env,
+                "seeds": len(group),
+                "iterations": int(max((rows_[:, 0].max() for rows_ in logged), default=0)),
+                "test success by iteration": ", ".join(f"{step}: {value:.3f}" for step, value in by_step.items()) or "-",
+                "test success (last)": float(by_step[steps[-1]]) if steps else float("nan"),
+                "train success (mean)": mean_of(group, "charts/success_rate", lambda a: a[:, 2].mean()),
+                "zero-variance fraction (mean)": mean_of(group, "charts/zero_variance_fraction", lambda a: a[:, 2].mean()),
+                "minutes": float(np.mean([rows_[:, 1].max() / 60 for rows_ in logged])) if logged else float("nan"),
+            }
+        )
+    return rows
+
+
 def plot_llm(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 1000, seed: int = 0) -> list[Path]:
     """Per env: success rate (train solid, test dashed), zero-variance group fraction and wall time per step."""
     plt = _pyplot()
@@ -911,6 +947,10 @@ def make_all(
         if improvement:
             write_table(improvement, out / "probability_of_improvement.csv")
             written += [out / "probability_of_improvement.csv", plot_improvement(improvement, out, ci)]
+    llm_rows = llm_summary_rows(runs)
+    if llm_rows:
+        write_table(llm_rows, out / "llm_summary.csv", out / "llm_summary.md", "Language-model runs (means over seeds)")
+        written += [out / "llm_summary.csv", out / "llm_summary.md"]
     written += plot_nap(runs, out, ci, seed=seed) + plot_llm(runs, out, ci, seed=seed)
     return [p for p in written if p is not None]
 
@@ -989,8 +1029,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     for path in written:
         print(f"  {path}")
-    if (out / "summary.md").exists():
-        print((out / "summary.md").read_text())
+    for table in ("summary.md", "llm_summary.md"):
+        if out / table in written:
+            print((out / table).read_text())
     return 0
 
 

@@ -292,6 +292,17 @@ def test_llm_figure_reads_success_rate_and_zero_variance_fraction(tmp_path):
     written = make_all(load_runs([root]), tmp_path / "plots", n_boot=100)
     assert is_png(tmp_path / "plots" / "llm_ToolUse-calculator.png")
     assert tmp_path / "plots" / "llm_ToolUse-calculator.png" in written
+    with open(tmp_path / "plots" / "llm_summary.csv", newline="") as f:
+        (row,) = list(csv.DictReader(f))
+    # Test success step / 25 at steps 5..20 for both seeds; zero variance 1 - step / 25 averaged over
+    # steps 1..20 = 1 - 10.5 / 25; train success averaged per seed, then over seeds; 20 steps of 3 s.
+    assert row["seeds"] == "2" and row["iterations"] == "20"
+    assert row["test success by iteration"] == "5: 0.200, 10: 0.400, 15: 0.600, 20: 0.800"
+    assert float(row["test success (last)"]) == pytest.approx(0.8)
+    assert float(row["zero-variance fraction (mean)"]) == pytest.approx(1 - 10.5 / 25)
+    train = [sum(min(1.0, step / 20 + 0.05 * seed) for step in range(1, 21)) / 20 for seed in (1, 2)]
+    assert float(row["train success (mean)"]) == pytest.approx(sum(train) / 2)
+    assert float(row["minutes"]) == pytest.approx(1.0)
 
 
 def reference_final_by_hand(algorithm: str, env_id: str, budget: float) -> list[float]:
