@@ -13,8 +13,10 @@ so invoking the same command again picks up where the last one stopped:
 
 - a point whose run finished (the sweep wrote ``sweep.json`` with exit code 0 after it) is skipped;
 - a point whose run was interrupted after its first checkpoint continues with the agent's
-  ``--resume <folder>`` (its CSV rows after that checkpoint are dropped and written again, so none
-  is duplicated or lost);
+  ``--resume <folder>`` and the point's flags (its CSV rows after that checkpoint are dropped and
+  written again, so none is duplicated or lost): a flag a resume may change, such as a recipe's
+  new ``--total-timesteps``, applies to the run, and one that contradicts the saved run is refused
+  by name;
 - a point whose run was interrupted before any checkpoint starts again from an emptied folder.
 
 Locally, up to ``--workers`` runs (default: one per core) are child processes of the sweep; Ctrl-C
@@ -182,7 +184,7 @@ def command_for(point: GridPoint, run_dir: Path, status: str, python: str = sys.
     if point.imports:
         start = [python, "-c", IMPORT_SHIM, ",".join(point.imports), point.agent_file]
     if status == "resume":
-        return [*start, "--resume", str(run_dir), "--no-progress-bar"]
+        return [*start, "--resume", str(run_dir), "--no-progress-bar", *point.value_flags(), *point.flags]
     return [
         *start,
         "--env",

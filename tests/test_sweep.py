@@ -199,6 +199,33 @@ def test_a_sweep_killed_midway_finishes_on_restart_without_duplicated_or_missing
     assert "resume" in started_as
 
 
+def test_a_resumed_point_takes_the_sweeps_new_total_and_refuses_a_contradicting_flag(tiny_agent, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    one_point = ["--envs", "Pendulum", "--seeds", "1", "--workers", "1"]
+    run_dir = sweep_dir / "Pendulum__tiny_agent__s1"
+    # A run stopped (as a kill after a checkpoint would leave it) at step 100 of a 100-step budget.
+    started = [sys.executable, str(tiny_agent), "--env", "Pendulum", "--seed", "1", "--run-dir", str(run_dir)]
+    subprocess.run([*started, "--total-timesteps", "100", "--checkpoint-every", "50", "--eval-episodes", "0"], check=True)
+    # The sweep's budget is now 200: the point resumes with it, runs to 200 and records it.
+    proc = subprocess.run(
+        [*sweep_command(tiny_agent, sweep_dir)[:5], *one_point, "--sweep-dir", str(sweep_dir), "--flags",
+         "--total-timesteps 200 --checkpoint-every 50 --eval-episodes 0"],
+        cwd=REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "[resume]" in proc.stdout, proc.stdout + proc.stderr
+    assert logged_steps(run_dir) == list(range(10, 201, 10))
+    assert json.loads((run_dir / "args.json").read_text())["total_timesteps"] == 200
+    # A flag that a resume may not change is refused by name, and the run is left as it was.
+    (run_dir / "sweep.json").unlink()
+    proc = subprocess.run(
+        [*sweep_command(tiny_agent, sweep_dir)[:5], *one_point, "--sweep-dir", str(sweep_dir), "--flags",
+         "--total-timesteps 300 --bonus 2"],
+        cwd=REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "--bonus 2.0 (saved: 0.0)" in proc.stdout, proc.stdout
+    assert logged_steps(run_dir) == list(range(10, 201, 10))
+
+
 @pytest.mark.slow
 def test_the_ray_launcher_runs_the_same_grid_on_a_ray_cluster(tiny_agent, tmp_path):
     ray = pytest.importorskip("ray")
