@@ -146,17 +146,21 @@ def expand_grid(
     return points
 
 
-def recipe_points(recipe: Recipe, arms: list[str] | None = None, seeds: list[int] | None = None) -> list[GridPoint]:
-    """Every (arm, env, seed) of a recipe, in arm, env, seed order; ``arms`` and ``seeds`` restrict to
-    those arms and seeds (so that a first seed of every arm can run before the second of any)."""
+def recipe_points(
+    recipe: Recipe, arms: list[str] | None = None, seeds: list[int] | None = None, envs: list[str] | None = None
+) -> list[GridPoint]:
+    """Every (arm, env, seed) of a recipe, in arm, env, seed order; ``arms``, ``seeds`` and ``envs``
+    restrict to those (so that a first seed of every arm on one env can finish before the rest)."""
     chosen = [recipe.arm(name) for name in arms] if arms else list(recipe.arms)
     points = [
         GridPoint(Path(arm.agent).stem, str(resolve_agent(arm.agent)), env, seed, flags=arm.flags, arm=arm.name)
         for arm in chosen
         for env in arm.envs
         for seed in arm.seeds
-        if not seeds or seed in seeds
+        if (not seeds or seed in seeds) and (not envs or env in envs)
     ]
+    if not points:
+        raise RecipeError(f"{recipe.path}: no point of the recipe has the seeds {seeds or 'any'} and the envs {envs or 'any'}")
     names = [p.folder_name() for p in points]
     if len(set(names)) != len(names):
         raise SystemExit(f"{recipe.path}: two points map to the same run folder (an env or seed listed twice?)")
@@ -351,7 +355,7 @@ class SweepArgs:
     agents: Annotated[list[str], tyro.conf.arg(metavar="AGENT ...")] = field(default_factory=list)
     """agent names in agents/ (ppo_nap ...) or .py paths"""
     envs: Annotated[list[str], tyro.conf.arg(metavar="ENV ...")] = field(default_factory=list)
-    """env short names or registered ids"""
+    """env short names or registered ids; with --recipe: run only these of its envs"""
     seeds: list[int] = field(default_factory=list)
     """seeds of every grid point (default: 1 2 3); with --recipe: run only these of its seeds"""
     grid: Annotated[list[str], tyro.conf.UseAppendAction, tyro.conf.arg(metavar="KEY=V1,V2")] = field(default_factory=list)
@@ -398,11 +402,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     workers = args.workers
     if args.recipe:
-        if args.agents or args.envs or args.grid or args.flags:
-            usage_error("--recipe takes its agents, envs and flags from the file; drop --agents/--envs/--grid/--flags")
+        if args.agents or args.grid or args.flags:
+            usage_error("--recipe takes its agents and flags from the file; drop --agents/--grid/--flags")
         try:
             recipe = load_recipe(args.recipe)
-            points = recipe_points(recipe, args.arms, args.seeds)
+            points = recipe_points(recipe, args.arms, args.seeds, args.envs)
         except (RecipeError, KeyError) as e:
             usage_error(str(e).strip("'\""))
         sweep_dir = Path(args.sweep_dir or RECIPE_RUNS / recipe.name).resolve()

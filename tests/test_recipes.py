@@ -54,6 +54,16 @@ def test_arms_inherit_defaults_and_name_their_folders(tmp_path):
     assert [p.folder_name() for p in recipe_points(recipe, ["plain"])] == ["Pendulum__plain__s1"]
 
 
+def test_seeds_and_envs_select_points_of_a_recipe(tmp_path):
+    text = TINY.replace('envs = ["Pendulum"]\nseeds = [1]', 'envs = ["Pendulum", "Hopper"]\nseeds = [1, 2]')
+    recipe = load_recipe(write(tmp_path, text))
+    assert len(recipe_points(recipe)) == 2 * 2 * 2
+    chosen = recipe_points(recipe, seeds=[2], envs=["Hopper"])
+    assert [p.folder_name() for p in chosen] == ["Hopper__nap__s2", "Hopper__plain__s2"]
+    with pytest.raises(RecipeError, match="no point of the recipe has the seeds \\[3\\]"):
+        recipe_points(recipe, seeds=[3])
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
