@@ -50,6 +50,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -760,6 +761,11 @@ def plot_improvement(rows: list[dict], out: Path, ci: float = 0.95) -> Path | No
     return path
 
 
+def file_part(env: str) -> str:
+    """``env`` as part of a file name: ``text/ToolUse-v0`` -> ``text_ToolUse-v0``, ``tools:bank`` -> ``tools-bank``."""
+    return re.sub(r"[^\w.+-]", "-", env.replace("/", "_"))
+
+
 def plot_nap(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 1000, seed: int = 0) -> list[Path]:
     """Per env: each layer's weight norm and, below it, its effective learning rate, one line per label.
 
@@ -796,7 +802,7 @@ def plot_nap(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
             ax.set_xlabel("environment steps")
         _figure_legend(fig, _legend_handles(axes.flat), len(layers) * 2)
         fig.suptitle(f"NaP on {env}: per-layer ||W|| and lr/||W|| (mean over seeds, {ci:.0%} bootstrap CI)")
-        path = out / f"nap_{env.replace('/', '_')}.png"
+        path = out / f"nap_{file_part(env)}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
         paths.append(path)
@@ -891,7 +897,7 @@ def plot_llm(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
         for ax in (ax_success, ax_zero):
             ax.set_ylim(-0.02, 1.02)
         fig.suptitle(f"{env} (mean over seeds, {ci:.0%} bootstrap CI)")
-        path = out / f"llm_{env.replace('/', '_')}.png"
+        path = out / f"llm_{file_part(env)}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
         paths.append(path)

@@ -353,3 +353,14 @@ def test_published_curves_are_cut_at_the_budget_of_the_runs(tmp_path):
     rows = {(r["agent"], r["env"]): r for r in summary_rows(runs)}
     sac = reference_final_by_hand("SAC", "Hopper-v4", 40000)
     assert rows[("SAC (published)", "Hopper-v4")]["final_mean"] == pytest.approx(np.mean(sac))
+
+
+def test_figure_names_keep_only_safe_characters_of_the_env():
+    from cleanrl_style.plot import file_part
+
+    assert [file_part(e) for e in ("tools:bank", "text/ToolUse-v0", "tools:bank+travel", "Hopper-v5")] == [
+        "tools-bank",
+        "text_ToolUse-v0",
+        "tools-bank+travel",
+        "Hopper-v5",
+    ]
