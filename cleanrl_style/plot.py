@@ -605,6 +605,7 @@ def _draw_band(
     points: int = 100,
     label: str | None = None,
     linestyle: str = "-",
+    marker: str | None = None,
 ) -> bool:
     curve = curves_on_grid(runs, metric, x, points, smooth_window)
     if curve is None:
@@ -613,7 +614,8 @@ def _draw_band(
     scores = values[:, None, :]  # (runs, 1 env, points)
     center = ESTIMATORS[estimator](scores)
     # A metric logged once (a final test success rate) is a point, drawn as a marker.
-    ax.plot(grid, center, color=color, label=label, linestyle=linestyle, lw=1.6, marker="o" if len(grid) == 1 else None)
+    marker = marker or ("o" if len(grid) == 1 else None)
+    ax.plot(grid, center, color=color, label=label, linestyle=linestyle, lw=1.6, marker=marker)
     if len(values) > 1:
         _, lo, hi = interval_estimate(scores, ESTIMATORS[estimator], ci, n_boot, seed)
         ax.fill_between(grid, lo, hi, color=color, alpha=0.2, lw=0)
@@ -853,21 +855,17 @@ def plot_llm(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
             1, 3, figsize=(15, 4), layout="constrained", gridspec_kw={"width_ratios": [1, 1, 0.8]}
         )
         for (label, _), group in by_label_and_env(here).items():
-            for metric, suffix, style in (("charts/success_rate", "train", "-"), ("charts/test_success_rate", "test", "--")):
+            # Held-out success is evaluated every few iterations: drawn at those iterations, with markers.
+            evaluated = max((len(np.unique(r.series["charts/test_success_rate"][:, 0])) for r in group
+                             if "charts/test_success_rate" in r.series), default=0)  # fmt: skip
+            for metric, suffix, style, points, marker in (
+                ("charts/success_rate", "train", "-", 100, None),
+                ("charts/test_success_rate", "test", "--", max(evaluated, 1), "o"),
+            ):
                 _draw_band(
-                    ax_success,
-                    group,
-                    metric,
-                    "step",
-                    colors[label],
-                    "mean",
-                    ci,
-                    n_boot,
-                    seed,
-                    1,
-                    label=f"{label} ({suffix})",
-                    linestyle=style,
-                )
+                    ax_success, group, metric, "step", colors[label], "mean", ci, n_boot, seed, 1,
+                    points=points, label=f"{label} ({suffix})", linestyle=style, marker=marker,
+                )  # fmt: skip
             _draw_band(
                 ax_zero,
                 group,
