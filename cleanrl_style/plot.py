@@ -478,7 +478,9 @@ def write_table(rows: list[dict], csv_path: Path, md_path: Path | None = None, t
     if md_path is not None:
 
         def fmt(v):
-            return f"{v:.4g}" if isinstance(v, float) else str(v)
+            if isinstance(v, float):
+                return "-" if math.isnan(v) else f"{v:.4g}"
+            return str(v)
 
         lines = [f"# {title}\n"] if title else []
         lines += ["| " + " | ".join(fields) + " |", "|" + "---|" * len(fields)]
@@ -826,7 +828,7 @@ def llm_summary_rows(runs: list[RunData]) -> list[dict]:
         by_step = {
             step: np.mean([rows_[rows_[:, 0] == step, 2][-1] for rows_ in tested if step in rows_[:, 0]]) for step in steps
         }
-        logged = [r.series[m] for r in group for m in LLM_METRICS[:1] + LLM_METRICS[2:] if m in r.series]
+        logged = [r.series[m] for r in group for m in LLM_METRICS if m in r.series and len(r.series[m])]
         rows.append(
             {
                 "agent": label,
