@@ -7,7 +7,10 @@ What Symphony puts together, with the defaults of the paper and its official cod
 - **Fading Replay Buffer**: sampling probability ``tanh((pi * u) ** e)`` of the relative age ``u``
   (the oldest ~40% fade out); capacity 512,000. A warm-up of 10,240 steps, acted by the untrained
   policy with its noise, is replicated to fill the whole buffer, and rewards are scaled by
-  ``1 / mean|r|`` of that warm-up data.
+  ``1 / mean|r|`` of that warm-up data. The capacity suits runs of millions of steps: a run that
+  stores fewer transitions after the warm-up than the buffer holds keeps drawing mostly warm-up
+  copies (a 100k-step run with 512,000 draws 23% of its batches from its own data at the end), and
+  is warned about at start; the 100k-step CPU recipe uses ``--buffer-size 40960``.
 - **Critic**: 3 sub-networks of 128 outputs each, 384 "nodes", all regressed onto one target. The
   target sorts the target critic's nodes ascending and weights them with
   ``tanh((pi * (1 - n / 384)) ** e)``, which softly drops the highest estimates.
@@ -58,6 +61,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Literal
 
@@ -383,6 +387,25 @@ class Learner:
         self.optimizer.load_state_dict(state["optimizer"])
 
 
+def warm_up_dominance(args: Args, buffer: FadingReplayBuffer) -> str | None:
+    """A warning when the replicated warm-up copies still draw most batches at the end of the run.
+
+    The warm-up fills the whole buffer with copies; only the ``total_timesteps - warmup_steps``
+    transitions collected afterwards replace them, oldest first. With a buffer much larger than
+    that (the default 512,000 on a 100k-step run), nearly every batch of the run is warm-up data.
+    """
+    fresh = args.total_timesteps - args.warmup_steps
+    share = buffer.newest_share(fresh)
+    if share >= 0.5:
+        return None
+    return (
+        f"--buffer-size {args.buffer_size:,} with --total-timesteps {args.total_timesteps:,}: the run stores "
+        f"{max(fresh, 0):,} transitions after the warm-up, so even at its end only {share:.0%} of the sampled "
+        f"batches come from them and the rest are copies of the {args.warmup_steps:,}-step warm-up. "
+        f"A buffer of at most {max(fresh, args.warmup_steps):,} (--buffer-size) lets this run's own data replace them."
+    )
+
+
 def make_agent(args: Args, vec_env: envs.TorchVectorEnv) -> Symphony:
     """The model for ``vec_env``'s spaces, on the env's device (also rebuilds it for evaluation)."""
     obs_dim, act_dim = vec_env.single_observation_space.shape[0], vec_env.single_action_space.shape[0]
@@ -402,6 +425,8 @@ if __name__ == "__main__":
     learner = Learner(agent, args, run.autocast, compile=use_compile)
     obs_shape, act_shape = vec_env.single_observation_space.shape, vec_env.single_action_space.shape
     rb = FadingReplayBuffer(args.buffer_size, obs_shape, act_shape, device=device, weight_fn=weight_fns[args.fading])
+    if (warning := warm_up_dominance(args, rb)) is not None:
+        warnings.warn(warning, RuntimeWarning, stacklevel=1)
     replicate_at: int | None = args.warmup_steps  # step at which the warm-up data fills the buffer
     if run.checkpoint is not None:
         agent.load_state_dict(run.checkpoint["agent"])

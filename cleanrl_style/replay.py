@@ -201,6 +201,16 @@ class FadingReplayBuffer(ReplayBuffer):
         w = self.weights()
         return w / w.sum()
 
+    def newest_share(self, newest: int) -> float:
+        """Share of the sampling probability a full buffer gives its ``newest`` transitions.
+
+        Symphony replicates its warm-up to fill the buffer: this is the share of batches drawn
+        from the transitions collected after it, once ``newest`` of them have been stored.
+        """
+        u = torch.arange(self.capacity, dtype=torch.float64) / self.capacity
+        w = self.weight_fn(u)
+        return float(w[self.capacity - min(max(newest, 0), self.capacity) :].sum() / w.sum())
+
     def sample(self, batch_size: int) -> Batch:
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")

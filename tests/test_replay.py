@@ -60,6 +60,16 @@ def test_fading_sampling_follows_age_not_storage_slot_after_wraparound():
     assert freq[0] == 0 and freq[-1] > freq[1]
 
 
+def test_newest_share_by_hand():
+    uniform = FadingReplayBuffer(10, (3,), (1,), weight_fn=torch.ones_like)
+    assert [uniform.newest_share(k) for k in (0, 3, 10, 25, -4)] == pytest.approx([0, 0.3, 1, 1, 0])
+    fading = FadingReplayBuffer(5, (3,), (1,))
+    w = [math.tanh((math.pi * i / 5) ** math.e) for i in range(5)]
+    assert fading.newest_share(2) == pytest.approx((w[3] + w[4]) / sum(w), abs=1e-12)
+    # The oldest 40% fade: the newest 60% of a full buffer draw about 80% of the batches.
+    assert FadingReplayBuffer(1000, (3,), (1,)).newest_share(600) == pytest.approx(0.80, abs=0.005)
+
+
 def test_fading_weight_function_is_pluggable():
     torch.manual_seed(0)
     bell = lambda u: torch.exp(-(((u - 0.5) / 0.1) ** 2))

@@ -277,3 +277,15 @@ def test_defaults_follow_the_official_code():
     assert agent.q_bar.item() == 0.0  # Qbar starts at 0
     p = agent.actor.net[3].p
     assert p.abs().max() <= 1 / 8 and p.std() > 0.03  # ReSine's p ~ U(-1/sqrt(64), 1/sqrt(64))
+
+
+def test_warns_when_the_replicated_warm_up_would_draw_most_batches_to_the_end():
+    # Default buffer on a 100k-step run: 89,760 fresh transitions of 512,000 draw 23% of the batches.
+    args = sym.Args(total_timesteps=100_000)
+    buffer = FadingReplayBuffer(args.buffer_size, (3,), (1,))
+    warning = sym.warm_up_dominance(args, buffer)
+    assert warning is not None and "--buffer-size 512,000" in warning and " 23% " in warning and "89,760" in warning
+    # A buffer the run can overwrite, or the long runs the default is meant for: no warning.
+    short = sym.Args(total_timesteps=100_000, buffer_size=40_960)
+    assert sym.warm_up_dominance(short, FadingReplayBuffer(short.buffer_size, (3,), (1,))) is None
+    assert sym.warm_up_dominance(sym.Args(total_timesteps=3_000_000), buffer) is None
