@@ -9,17 +9,23 @@ cannot compile warns once, with the reason, and goes on eagerly instead of dying
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
 
-def compile_or_eager(fn: Callable, enabled: bool, off_flag: str = "--compile off") -> Callable:
+def compile_or_eager(
+    fn: Callable,
+    enabled: bool,
+    off_flag: str = "--compile off",
+    mutated: Callable[[], Sequence[torch.Tensor]] | None = None,
+) -> Callable:
     """``fn`` compiled with ``torch.compile`` if ``enabled``, falling back to ``fn`` if the first call fails.
 
     The fallback reruns the same call eagerly, so an error of ``fn`` itself (a shape mismatch, say)
-    still raises, from the eager run. ``fn`` must be free of side effects for that rerun to be safe:
-    the agents compile their loss functions (forward and backward), not their optimizer steps.
+    still raises, from the eager run. For that rerun to be safe ``fn`` must be free of side effects
+    (the agents' loss functions), or ``mutated`` must return every tensor it changes in place (an
+    optimizer step): those are copied before the first call and put back before the eager rerun.
     """
     if not enabled:
         return fn
@@ -28,10 +34,15 @@ def compile_or_eager(fn: Callable, enabled: bool, off_flag: str = "--compile off
     def call(*args, **kwargs):
         if chosen:
             return chosen[0](*args, **kwargs)
+        saved = [t.detach().clone() for t in mutated()] if mutated is not None else []
         try:
             compiled = torch.compile(fn, dynamic=False)  # may itself refuse (an unsupported Python, say)
             out = compiled(*args, **kwargs)
         except Exception as err:  # compilation errors come from several torch subsystems
+            if mutated is not None:
+                with torch.no_grad():
+                    for t, copy in zip(mutated(), saved):
+                        t.copy_(copy)
             reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
             warnings.warn(
                 f"torch.compile of {getattr(fn, '__name__', 'the function')} failed ({type(err).__name__}: "

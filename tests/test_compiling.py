@@ -51,3 +51,24 @@ def test_a_compile_refused_up_front_also_falls_back(monkeypatch):
     loss = compile_or_eager(_loss, enabled=True)  # nothing is compiled before the first call
     with pytest.warns(RuntimeWarning, match="not supported on this Python"):
         assert loss(torch.tensor([3.0])).item() == 9.0
+
+
+def test_a_failing_compile_of_an_in_place_step_restores_the_mutated_tensors(monkeypatch):
+    def half_done_compile(fn, **kwargs):
+        def compiled(x):
+            x.add_(100.0)  # a compiled step that changed its state, then failed
+            raise RuntimeError("inductor: lowering failed")
+
+        return compiled
+
+    def step(x):
+        x.mul_(2.0)
+
+    monkeypatch.setattr(compiling.torch, "compile", half_done_compile)
+    state = torch.tensor([1.0, 3.0])
+    apply = compile_or_eager(step, enabled=True, mutated=lambda: [state])
+    with pytest.warns(RuntimeWarning, match="lowering failed"):
+        apply(state)
+    assert state.tolist() == [2.0, 6.0]  # the eager step ran once, on the restored state
+    apply(state)
+    assert state.tolist() == [4.0, 12.0]
