@@ -413,7 +413,7 @@ def warm_up_dominance(args: Args, buffer: FadingReplayBuffer) -> str | None:
 
     The warm-up fills the whole buffer with copies; only the ``total_timesteps - warmup_steps``
     transitions collected afterwards replace them, oldest first. With a buffer much larger than
-    that (the default 512,000 on a 100k-step run), nearly every batch of the run is warm-up data.
+    that (the default 512,000 on a 100k-step run), most batches of the whole run are warm-up data.
     """
     fresh = args.total_timesteps - args.warmup_steps
     share = buffer.newest_share(fresh)
