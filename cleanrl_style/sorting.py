@@ -1,7 +1,7 @@
 """Sorting along the last dimension, differentiable, at numpy's speed on the CPU.
 
 ``torch.sort`` on the CPU sorts each row with a scalar comparison sort: for Symphony's 384 x 384
-critic nodes it costs more than a tenth of the whole gradient update. numpy's ``argsort`` uses
+critic nodes it took close to a tenth of the whole gradient update. numpy's ``argsort`` uses
 SIMD sorting networks (AVX-512 or AVX2) and is several times faster on the same rows
 (``benchmarks/sort_rows.py`` measures both). :func:`sort_rows` takes the order from numpy on the
 CPU and from ``torch.argsort`` elsewhere, and gathers the values with torch, so gradients flow
