@@ -7,10 +7,11 @@ What Symphony puts together, with the defaults of the paper and its official cod
 - **Fading Replay Buffer**: sampling probability ``tanh((pi * u) ** e)`` of the relative age ``u``
   (the oldest ~40% fade out); capacity 512,000. A warm-up of 10,240 steps, acted by the untrained
   policy with its noise, is replicated to fill the whole buffer, and rewards are scaled by
-  ``1 / mean|r|`` of that warm-up data. The capacity suits runs of millions of steps: a run that
-  stores fewer transitions after the warm-up than the buffer holds keeps drawing mostly warm-up
-  copies (a 100k-step run with 512,000 draws 23% of its batches from its own data at the end), and
-  is warned about at start; the 100k-step CPU recipe uses ``--buffer-size 40960``.
+  ``1 / mean|r|`` of that warm-up data. The capacity fits long runs (from about 522k steps on, a
+  run's own data replaces every copy): a run that stores fewer transitions after the warm-up than
+  the buffer holds keeps drawing mostly warm-up copies (a 100k-step run with 512,000 draws 23% of
+  its batches from its own data at the end), and is warned about at start; the 100k-step CPU
+  recipe uses ``--buffer-size 40960``.
 - **Critic**: 3 sub-networks of 128 outputs each, 384 "nodes", all regressed onto one target. The
   target sorts the target critic's nodes ascending and weights them with
   ``tanh((pi * (1 - n / 384)) ** e)``, which softly drops the highest estimates.
