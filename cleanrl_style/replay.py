@@ -192,9 +192,10 @@ class FadingReplayBuffer(ReplayBuffer):
         self._cdf_size = -1
         self._cdf = torch.empty(0, device=self.device)
 
-    def weights(self) -> torch.Tensor:
-        """Unnormalized weights of the stored transitions, oldest first, shape ``(len(self),)``."""
-        u = torch.arange(self.size, device=self.device, dtype=torch.float64) / self.size
+    def weights(self, n: int | None = None) -> torch.Tensor:
+        """Unnormalized weights of ``n`` stored transitions (default: those stored), oldest first, shape ``(n,)``."""
+        n = self.size if n is None else n
+        u = torch.arange(n, device=self.device, dtype=torch.float64) / n
         return self.weight_fn(u)
 
     def probabilities(self) -> torch.Tensor:
@@ -207,8 +208,7 @@ class FadingReplayBuffer(ReplayBuffer):
         Symphony replicates its warm-up to fill the buffer: this is the share of batches drawn
         from the transitions collected after it, once ``newest`` of them have been stored.
         """
-        u = torch.arange(self.capacity, dtype=torch.float64) / self.capacity
-        w = self.weight_fn(u)
+        w = self.weights(self.capacity)
         return float(w[self.capacity - min(max(newest, 0), self.capacity) :].sum() / w.sum())
 
     def sample(self, batch_size: int) -> Batch:
