@@ -350,7 +350,7 @@ class Learner:
         # Compiled (torch.compile): the loss's forward and backward, and the optimizer step with the
         # target update as one fused pass over the parameters (eager, it is about ten passes).
         self._loss = compile_or_eager(self.loss, compile)
-        self._targets = list(agent.critic_target.parameters())
+        self._targets, self._critic_params = list(agent.critic_target.parameters()), list(agent.critic.parameters())
         self._apply_gradients = compile_or_eager(self.apply_gradients, compile, mutated=self.step_state)
 
     def step_state(self) -> list[torch.Tensor]:
@@ -400,7 +400,7 @@ class Learner:
     def apply_gradients(self) -> None:
         """The optimizer step, then the target critic's Polyak update toward the critic."""
         self.optimizer.update_parameters()
-        torch._foreach_lerp_(self._targets, list(self.agent.critic.parameters()), self.args.tau)
+        torch._foreach_lerp_(self._targets, self._critic_params, self.args.tau)
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict()}
