@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +21,8 @@ import tyro
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from timing import alternating_rounds  # noqa: E402  (benchmarks/timing.py, beside this script)
 
 from cleanrl_style.provenance import cpu_model  # noqa: E402
 from cleanrl_style.sorting import sort_rows  # noqa: E402
@@ -52,16 +53,11 @@ def main(args: BenchArgs) -> None:
         x.grad = None
 
     contenders = {"torch.sort": lambda t: t.sort(dim=-1).values, "sort_rows": sort_rows}
-    times: dict[str, list[float]] = {name: [] for name in contenders}
     for sort in contenders.values():
         step(sort)
-    for _ in range(args.rounds):
-        for name, sort in contenders.items():
-            calls, start = 0, time.perf_counter()
-            while time.perf_counter() - start < args.seconds_per_round or calls < 3:
-                step(sort)
-                calls += 1
-            times[name].append((time.perf_counter() - start) / calls)
+    times = alternating_rounds(
+        {name: lambda sort=sort: step(sort) for name, sort in contenders.items()}, args.rounds, args.seconds_per_round
+    )
     print(
         f"({args.rows}, {args.cols}) float32, forward + backward, {cpu_model()}, torch {torch.__version__}, "
         f"numpy {np.__version__}, {args.threads} thread(s), median of {args.rounds} alternating rounds"

@@ -40,9 +40,11 @@ from torch.utils.flop_counter import FlopCounterMode
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from timing import alternating_rounds  # noqa: E402  (benchmarks/timing.py, beside this script)
+
 import envs  # noqa: E402
 from cleanrl_style.evaluate import import_agent  # noqa: E402
-from cleanrl_style.provenance import cpu_has_native_bf16  # noqa: E402
+from cleanrl_style.provenance import cpu_has_native_bf16, cpu_model  # noqa: E402
 from cleanrl_style.replay import ReplayBuffer  # noqa: E402
 
 MATMULS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default"}
@@ -204,20 +206,11 @@ def main(args: BenchArgs) -> None:
                 compiled.update(rb.sample(batch_size))
             contenders[f"{name} compiled"] = lambda compiled=compiled, rb=rb, bs=batch_size: compiled.update(rb.sample(bs))
 
-    seconds: dict[str, list[float]] = {key: [] for key in contenders}
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
-    for _ in range(args.rounds):
-        for key, fn in contenders.items():
-            count, start = 0, time.perf_counter()
-            while count < 3 or time.perf_counter() - start < args.seconds_per_round:
-                fn()
-                count += 1
-            sync()
-            seconds[key].append((time.perf_counter() - start) / count)
+    seconds = alternating_rounds(contenders, args.rounds, args.seconds_per_round, sync)
 
     peaks = {dtype: matmul_peak(dtype, args.device) for dtype in (torch.float32, torch.bfloat16)}
-    cpu_lines = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
-    cpu = next((line.split(":", 1)[1].strip() for line in cpu_lines if line.startswith("model name")), "?")
+    cpu = cpu_model()
     print(
         f"{args.env} shapes (obs {obs_dim}, act {act_dim}), {args.device} ({cpu}), torch {torch.__version__}, "
         f"{torch.get_num_threads()} thread(s), {args.precision}, median of {args.rounds} alternating rounds"
