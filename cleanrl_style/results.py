@@ -46,11 +46,12 @@ def export(recipe_path: str, runs_dir: str = "", out_dir: str = "") -> list[Path
     recipe = load_recipe(recipe_path)
     runs = Path(runs_dir) if runs_dir else RECIPE_RUNS / recipe.name
     out = Path(out_dir) if out_dir else Path("results") / recipe.name
-    written, missing = [], []
+    written, kept, missing = [], [], []
     for point in recipe_points(recipe):
         run = runs / point.folder_name()
         if not (run / DONE_NAME).exists():
-            missing.append(point.folder_name())
+            # A result exported earlier (perhaps from another machine's runs) stays as it is.
+            (kept if (out / point.folder_name() / DONE_NAME).exists() else missing).append(point.folder_name())
             continue
         target = out / point.folder_name()
         target.mkdir(parents=True, exist_ok=True)
@@ -62,8 +63,10 @@ def export(recipe_path: str, runs_dir: str = "", out_dir: str = "") -> list[Path
     if written:
         shutil.copy2(recipe.path, out / "recipe.toml")
     print(f"{recipe.name}: {len(written)} finished run(s) exported to {out}")
+    if kept:
+        print(f"kept from an earlier export (no finished run here): {', '.join(kept)}")
     if missing:
-        print(f"not finished (not exported): {', '.join(missing)}")
+        print(f"not finished and not in {out} (no result): {', '.join(missing)}")
     return written
 
 
