@@ -63,6 +63,7 @@ from cleanrl_style.logger import CSV_NAME, read_progress
 
 RETURN = "charts/episodic_return"
 LLM_METRICS = ("charts/success_rate", "charts/test_success_rate", "charts/zero_variance_fraction")
+SPARSE_POINTS = 12  # a curve with at most this many logged points is drawn at them, with markers
 REFERENCE_CSV = Path(__file__).resolve().parent / "reference_curves" / "gym_mujoco_v4.csv"
 # Arguments that do not make two runs different experiments (they never name a line).
 NOT_HYPERPARAMETERS = {
@@ -235,11 +236,12 @@ def smooth(values: np.ndarray, window: int) -> np.ndarray:
 
 
 def curves_on_grid(
-    runs: list[RunData], metric: str, x: str = "step", points: int = 100, smooth_window: int = 1
+    runs: list[RunData], metric: str, x: str = "step", points: int | None = 100, smooth_window: int = 1
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Each run's metric interpolated on a shared grid ``(points,)``; returns (grid, values ``(runs, points)``).
 
-    The grid spans the range every run covers, so each point averages the same seeds.
+    The grid spans the range every run covers, so each point averages the same seeds. ``points=None``
+    puts the grid at the logged x values instead (a sparsely logged curve drawn where it has data).
     """
     column = 0 if x == "step" else 1
     data = [
@@ -251,7 +253,11 @@ def curves_on_grid(
     if not data:
         return None
     lo, hi = max(xs.min() for xs, _ in data), min(xs.max() for xs, _ in data)
-    grid = np.linspace(lo, hi, points) if hi > lo else np.array([hi])
+    if points is None:
+        logged = np.unique(np.concatenate([xs for xs, _ in data]))
+        grid = logged[(logged >= lo) & (logged <= hi)]
+    else:
+        grid = np.linspace(lo, hi, points) if hi > lo else np.array([hi])
     return grid, np.stack([np.interp(grid, xs, ys) for xs, ys in data])
 
 
@@ -604,7 +610,7 @@ def _draw_band(
     n_boot: int,
     seed: int,
     smooth_window: int,
-    points: int = 100,
+    points: int | None = 100,
     label: str | None = None,
     linestyle: str = "-",
     marker: str | None = None,
@@ -644,6 +650,8 @@ def curves_figure(
     for ax, env_key in zip(axes, envs):
         here = [r for r in runs if r.env_key == env_key]
         for (label, _), group in by_label_and_env(here).items():
+            # A published curve logged at a few steps (SimbaV2: every 50k) is drawn at those steps, with markers.
+            sparse = group[0].reference and max(len(r.series[metric]) for r in group) <= SPARSE_POINTS
             _draw_band(
                 ax,
                 group,
@@ -655,8 +663,10 @@ def curves_figure(
                 n_boot,
                 seed,
                 smooth_window,
+                points=None if sparse else 100,
                 label=label,
                 linestyle="--" if group[0].reference else "-",
+                marker="o" if sparse else None,
             )
         ax.set_title(" / ".join(sorted({r.env for r in here})), fontsize=10)
         ax.set_xlabel("environment steps" if x == "step" else "wall-clock time (s)")
@@ -967,7 +977,9 @@ def with_reference(runs: list[RunData], env_keys: set[str] | None = None) -> lis
     budget: dict[str, float] = {}
     for r in own:
         if RETURN in r.series:
-            budget[r.env_key] = max(budget.get(r.env_key, 0.0), float(r.series[RETURN][:, 0].max()))
+            # The run's step budget where its args say it (its last episode ends a little before it).
+            longest = max(float(r.series[RETURN][:, 0].max()), float(r.args.get("total_timesteps") or 0))
+            budget[r.env_key] = max(budget.get(r.env_key, 0.0), longest)
     keys = env_keys or set(budget) or None
     reference = load_reference(keys)
     for r in reference:  # an env without runs: the budget every published algorithm reached (1M steps)

@@ -123,6 +123,14 @@ def test_curves_are_interpolated_on_the_range_every_seed_covers():
     assert values[1].tolist() == [4.0, 6.0, 8.0, 10.0]
 
 
+def test_a_sparse_curve_is_put_on_its_logged_steps():
+    a = RunData("E", 1, "x", {"m": np.array([[0, 0, 0.0], [50, 1, 5.0], [100, 2, 20.0]])})
+    b = RunData("E", 2, "x", {"m": np.array([[0, 0, 2.0], [50, 1, 7.0], [100, 2, 10.0], [150, 3, 0.0]])})
+    grid, values = curves_on_grid([a, b], "m", points=None)
+    assert grid.tolist() == [0.0, 50.0, 100.0]  # 150: beyond what seed 1 covers
+    assert values.tolist() == [[0.0, 5.0, 20.0], [2.0, 7.0, 10.0]]
+
+
 def test_lines_are_named_by_the_arguments_that_differ(synthetic_runs):
     labels = {r.label for r in load_runs([synthetic_runs])}
     assert labels == {"ppo_nap nap=True", "ppo_nap nap=False"}
@@ -353,6 +361,20 @@ def test_published_curves_are_cut_at_the_budget_of_the_runs(tmp_path):
     rows = {(r["agent"], r["env"]): r for r in summary_rows(runs)}
     sac = reference_final_by_hand("SAC", "Hopper-v4", 40000)
     assert rows[("SAC (published)", "Hopper-v4")]["final_mean"] == pytest.approx(np.mean(sac))
+
+
+def test_published_curves_reach_the_step_budget_in_the_runs_args(tmp_path):
+    # The last episode of a 100k-step run ends before step 100,000; the published value at 100k still counts.
+    rows = [(step, step / 100, "charts/episodic_return", step / 100) for step in range(1000, 99001, 1000)]
+    args = {"env": "Hopper", "seed": 1, "exp_name": "sac_nap", "total_timesteps": 100000}
+    write_run(tmp_path / "hopper_1", args, rows)
+    runs = with_reference(load_runs([tmp_path]))
+    rows = {(r["agent"], r["env"]): r for r in summary_rows(runs)}
+    sac = reference_final_by_hand("SAC", "Hopper-v4", 100000)
+    assert rows[("SAC (published)", "Hopper-v4")]["final_mean"] == pytest.approx(np.mean(sac))
+    simba = reference_final_by_hand("SimbaV2 (UTD 2)", "Hopper-v4", 100000)
+    assert rows[("SimbaV2 (UTD 2) (published)", "Hopper-v4")]["steps"] == 100000
+    assert rows[("SimbaV2 (UTD 2) (published)", "Hopper-v4")]["final_mean"] == pytest.approx(np.mean(simba))
 
 
 def test_figure_names_keep_only_safe_characters_of_the_env():
