@@ -11,22 +11,30 @@ alternate between the two so that a busy machine slows both alike, and the media
 What is timed is the training step only (sampling a batch included), not environment stepping.
 With ``--compile`` our losses run compiled (forward and backward), as ``agents/sac_nap.py`` does
 for runs of 200k steps or more; the compile happens during the warm-up, outside the timed rounds.
+
+Beside the two sides, in the same rounds: each side's FLOPs per update (``FlopCounterMode``), and
+the **ceiling**, our update's matrix products replayed alone (``benchmarks/timing.py``). The
+ceiling bounds what any rewrite of the rest could reach: it prints the fastest ratio over SB3 that
+an update doing only these products would get, and the share of a 1.5x-SB3 update's time budget
+the products alone fill.
 """
 
 from __future__ import annotations
 
 import statistics
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import tyro
+from torch.utils.flop_counter import FlopCounterMode
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from timing import MatmulRecorder, alternating_rounds, replay_matmuls  # noqa: E402  (benchmarks/timing.py)
 
 from cleanrl_style.evaluate import import_agent  # noqa: E402
 from cleanrl_style.replay import ReplayBuffer  # noqa: E402
@@ -81,7 +89,14 @@ def make_ours(obs_dim, act_dim, low, high, args: BenchArgs):
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    return rb, train
+    def record() -> list[tuple]:
+        """The matrix products of one update (shapes, dtypes, layouts)."""
+        recorder = MatmulRecorder()
+        with recorder:
+            update(rb.sample(args.batch_size))
+        return recorder.calls
+
+    return rb, train, record
 
 
 def make_sb3(env, args: BenchArgs):
@@ -126,7 +141,7 @@ def main(args: BenchArgs) -> float:
     rewards = rng.standard_normal(n).astype(np.float32)
     dones = rng.random(n) < 0.01
 
-    rb, ours = make_ours(obs_dim, act_dim, low, high, args)
+    rb, ours, record_ours = make_ours(obs_dim, act_dim, low, high, args)
     rb.add(
         torch.from_numpy(obs),
         torch.from_numpy(actions),
@@ -143,22 +158,47 @@ def main(args: BenchArgs) -> float:
 
     ours(20)  # warm-up (allocator, first-call overheads)
     sb3(20)
-    rates: dict[str, list[float]] = {"sac_nap": [], "sb3": []}
-    for r in range(args.rounds):
-        for name, fn in (("sac_nap", ours), ("sb3", sb3)) if r % 2 == 0 else (("sb3", sb3), ("sac_nap", ours)):
-            start = time.perf_counter()
-            fn(args.updates)
-            rates[name].append(args.updates / (time.perf_counter() - start))
-    ours_rate, sb3_rate = statistics.median(rates["sac_nap"]), statistics.median(rates["sb3"])
+    flops = {}
+    for name, fn in (("sac_nap", ours), ("sb3", sb3)):
+        with FlopCounterMode(display=False) as counter:
+            fn(1)
+        flops[name] = counter.get_total_flops()
+    products = record_ours()
+    replay = replay_matmuls(products, args.device)
+
+    def ceiling(n: int) -> None:
+        for _ in range(n):
+            replay()
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    # One call of each per round, ``--updates`` updates each, in turn (the machine's speed drifts).
+    contenders = {"sac_nap": ours, "sb3": sb3, "ceiling": ceiling}
+    seconds = alternating_rounds(
+        {k: (lambda fn=fn: fn(args.updates)) for k, fn in contenders.items()}, args.rounds, 0.0, min_calls=1
+    )
+    rates = {name: [args.updates / s for s in per_round] for name, per_round in seconds.items()}
+    ours_rate, sb3_rate, ceiling_rate = (statistics.median(rates[k]) for k in ("sac_nap", "sb3", "ceiling"))
     ratio = ours_rate / sb3_rate
     print(
         f"{args.env} shapes, {args.hidden}x{args.hidden}, batch {args.batch_size}, device {args.device}, "
         f"torch threads {torch.get_num_threads()}, layer_norm={args.layer_norm}, ours compiled={args.compile}, "
         f"ours {args.precision}, torch {torch.__version__}"
     )
-    print(f"  sac_nap (NaP off): {ours_rate:8.1f} updates/s   rounds {[round(x, 1) for x in rates['sac_nap']]}")
-    print(f"  SB3 SAC:           {sb3_rate:8.1f} updates/s   rounds {[round(x, 1) for x in rates['sb3']]}")
+    for name, title in (("sac_nap", "sac_nap (NaP off):"), ("sb3", "SB3 SAC:")):
+        per_round = [round(x, 1) for x in rates[name]]
+        mflop = flops[name] / 1e6
+        print(
+            f"  {title:19s}{statistics.median(rates[name]):8.1f} updates/s   {mflop:6.1f} MFLOP per update  rounds {per_round}"
+        )
     print(f"  ratio: {ratio:.2f}x")
+    budget_ms = 1e3 / (1.5 * sb3_rate)
+    print(
+        f"  ceiling, our update's {len(products)} matrix products alone: {1e3 / ceiling_rate:.2f} ms per update "
+        f"({ceiling_rate / sb3_rate:.2f}x SB3 if nothing else cost time); 1.5x SB3 leaves {budget_ms:.2f} ms per update, "
+        f"{1e3 / ceiling_rate / budget_ms:.0%} of it taken by the products, {budget_ms - 1e3 / ceiling_rate:.2f} ms for "
+        f"everything else (ours now: {1e3 / ours_rate - 1e3 / ceiling_rate:.2f} ms)"
+    )
     return ratio
 
 

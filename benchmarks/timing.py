@@ -1,13 +1,21 @@
-"""Timing contenders in alternating rounds, the way every benchmark here compares them.
+"""Timing contenders in alternating rounds, the way every benchmark here compares them, and the
+matrix-product ceiling an update is measured against.
 
 The machine's speed drifts over minutes, so each contender gets a slice of every round in turn
-and the benchmarks report medians over rounds (or of per-round ratios).
+and the benchmarks report medians over rounds (or of per-round ratios). The ceiling replays the
+matrix products one update runs (same shapes, dtypes and layouts) back to back on fresh tensors:
+the time the update would take if everything else cost nothing.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+MATMULS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default"}
 
 
 def alternating_rounds(
@@ -32,3 +40,47 @@ def alternating_rounds(
             sync()
             seconds[name].append((time.perf_counter() - start) / count)
     return seconds
+
+
+class MatmulRecorder(TorchDispatchMode):
+    """Records every matrix product's op, argument shapes, strides and dtypes."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if str(func) in MATMULS:
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            self.calls.append((func, [(t.shape, t.stride(), t.dtype) for t in tensors], dict(kwargs or {})))
+        return func(*args, **(kwargs or {}))
+
+
+def _like(shape, stride, dtype, device) -> torch.Tensor:
+    """A random tensor with this exact layout (broadcast dimensions of stride 0 included)."""
+    storage = 1 + sum((size - 1) * st for size, st in zip(shape, stride))
+    return torch.randn(storage, device=device).to(dtype).as_strided(shape, stride)
+
+
+def replay_matmuls(calls: list[tuple], device: str):
+    """A function running the recorded products back to back on fresh tensors of the same layouts."""
+    prepared = []
+    for func, layouts, kwargs in calls:
+        tensors = [_like(shape, stride, dtype, device) for shape, stride, dtype in layouts]
+        prepared.append((func, tensors, kwargs))
+
+    def run() -> None:
+        for func, tensors, kwargs in prepared:
+            func(*tensors, **kwargs)
+
+    return run
+
+
+def matmul_peak(dtype: torch.dtype, device: str, size: int = 256, seconds: float = 1.0) -> float:
+    """GFLOP/s of a square matrix product of this size and dtype, the hardware's rate for the precision."""
+    a, b = torch.randn(size, size, device=device).to(dtype), torch.randn(size, size, device=device).to(dtype)
+    count, start = 0, time.perf_counter()
+    while count < 3 or time.perf_counter() - start < seconds:
+        a @ b
+        count += 1
+    return 2 * size**3 * count / (time.perf_counter() - start) / 1e9

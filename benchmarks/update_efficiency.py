@@ -27,27 +27,23 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import torch
 import tyro
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from timing import alternating_rounds  # noqa: E402  (benchmarks/timing.py, beside this script)
+from timing import MatmulRecorder, alternating_rounds, matmul_peak, replay_matmuls  # noqa: E402  (benchmarks/timing.py)
 
 import envs  # noqa: E402
 from cleanrl_style.evaluate import import_agent  # noqa: E402
 from cleanrl_style.provenance import cpu_has_native_bf16, cpu_model  # noqa: E402
 from cleanrl_style.replay import ReplayBuffer  # noqa: E402
-
-MATMULS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default"}
 
 
 @dataclass
@@ -71,50 +67,6 @@ class BenchArgs:
     device: str = "cpu"
     data: int = field(default=20_000)
     """random transitions in the replay buffer"""
-
-
-class MatmulRecorder(TorchDispatchMode):
-    """Records every matrix product's op, argument shapes, strides and dtypes."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls: list[tuple] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if str(func) in MATMULS:
-            tensors = [a for a in args if isinstance(a, torch.Tensor)]
-            self.calls.append((func, [(t.shape, t.stride(), t.dtype) for t in tensors], dict(kwargs or {})))
-        return func(*args, **(kwargs or {}))
-
-
-def _like(shape, stride, dtype, device) -> torch.Tensor:
-    """A random tensor with this exact layout (broadcast dimensions of stride 0 included)."""
-    storage = 1 + sum((size - 1) * st for size, st in zip(shape, stride))
-    return torch.randn(storage, device=device).to(dtype).as_strided(shape, stride)
-
-
-def replay_matmuls(calls: list[tuple], device: str):
-    """A function running the recorded products back to back on fresh tensors of the same layouts."""
-    prepared = []
-    for func, layouts, kwargs in calls:
-        tensors = [_like(shape, stride, dtype, device) for shape, stride, dtype in layouts]
-        prepared.append((func, tensors, kwargs))
-
-    def run() -> None:
-        for func, tensors, kwargs in prepared:
-            func(*tensors, **kwargs)
-
-    return run
-
-
-def matmul_peak(dtype: torch.dtype, device: str, size: int = 256, seconds: float = 1.0) -> float:
-    """GFLOP/s of a square matrix product of this size and dtype, the hardware's rate for the precision."""
-    a, b = torch.randn(size, size, device=device).to(dtype), torch.randn(size, size, device=device).to(dtype)
-    count, start = 0, time.perf_counter()
-    while count < 3 or time.perf_counter() - start < seconds:
-        a @ b
-        count += 1
-    return 2 * size**3 * count / (time.perf_counter() - start) / 1e9
 
 
 def parse_overrides(specs: tuple[str, ...]) -> dict[str, dict[str, object]]:
