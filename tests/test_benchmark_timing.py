@@ -1,0 +1,51 @@
+"""benchmarks/timing.py: the matrix-product ceiling replays exactly the products an update runs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from timing import MatmulRecorder, alternating_rounds, replay_matmuls  # noqa: E402
+
+
+def test_the_replayed_products_are_the_updates_own():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(14, 32), nn.ReLU(), nn.Linear(32, 1))
+    stacked = torch.randn(2, 32, 32, requires_grad=True)  # an ensemble's batched layer (bmm)
+    x = torch.randn(16, 14)
+
+    def update() -> None:
+        h = net[1](net[0](x))
+        loss = net[2](h).sum() + torch.bmm(h.expand(2, -1, -1), stacked).pow(2).sum()
+        loss.backward()
+
+    with FlopCounterMode(display=False) as counted:
+        update()
+    recorder = MatmulRecorder()
+    with recorder:
+        update()
+    # Forward: 2 addmm and 1 bmm. Backward: mm for both linears' weight gradients and the second's input
+    # gradient (x needs none), 2 bmm for the batched product's two inputs.
+    ops = [str(func) for func, _, _ in recorder.calls]
+    assert (ops.count("aten.addmm.default"), ops.count("aten.mm.default"), ops.count("aten.bmm.default")) == (2, 3, 3)
+    replay = replay_matmuls(recorder.calls, "cpu")
+    with FlopCounterMode(display=False) as replayed:
+        replay()
+    assert replayed.get_total_flops() == counted.get_total_flops() > 0
+
+
+def test_alternating_rounds_give_every_contender_a_time_per_call_in_each_round():
+    calls = {"a": 0, "b": 0}
+
+    def bump(name: str):
+        return lambda: calls.__setitem__(name, calls[name] + 1)
+
+    seconds = alternating_rounds({"a": bump("a"), "b": bump("b")}, rounds=3, seconds_per_round=0.0, min_calls=2)
+    assert set(seconds) == {"a", "b"} and all(len(v) == 3 and min(v) > 0 for v in seconds.values())
+    assert calls == {"a": 6, "b": 6}
