@@ -515,10 +515,16 @@ def _pyplot():
 
 def _colors(labels: list[str]) -> dict[str, tuple]:
     plt = _pyplot()
+    from matplotlib.colors import to_rgba
+
     own = [lab for lab in labels if not lab.endswith("(published)")]
     published = [lab for lab in labels if lab.endswith("(published)")]
-    colors = {lab: plt.cm.tab10(i % 10) for i, lab in enumerate(sorted(own))}
-    colors.update({lab: plt.cm.Dark2(i % 8) for i, lab in enumerate(sorted(published))})
+    # Own lines take the palette from its start (tab10), published ones from its end (four dark
+    # colors, then tab10 backwards): no two lines share a color until there are more than fourteen,
+    # and the published curves keep their colors from figure to figure.
+    palette = [plt.cm.tab10(i) for i in range(10)] + [to_rgba(c) for c in ("#b8860b", "#000080", "#7f0000", "black")]
+    colors = {lab: palette[i % len(palette)] for i, lab in enumerate(sorted(own))}
+    colors.update({lab: palette[-1 - i % len(palette)] for i, lab in enumerate(sorted(published))})
     return colors
 
 

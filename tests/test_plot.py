@@ -386,3 +386,13 @@ def test_figure_names_keep_only_safe_characters_of_the_env():
         "tools-bank+travel",
         "Hopper-v5",
     ]
+
+
+def test_lines_get_distinct_colors_and_published_ones_keep_theirs():
+    from cleanrl_style.plot import _colors
+
+    published = [f"paper{i} (published)" for i in range(4)]
+    many = _colors([f"arm{i}" for i in range(10)] + published)
+    assert len(set(many.values())) == 14
+    few = _colors(["arm0"] + published)
+    assert all(few[p] == many[p] for p in published)
