@@ -786,14 +786,35 @@ def file_part(env: str) -> str:
     return re.sub(r"[^\w.+-]", "-", env.replace("/", "_"))
 
 
+def layers_by_position(run: RunData) -> RunData:
+    """The run with its ``nap/*/<net>.<index>`` metrics renamed ``<net> layer <k>``, k counting the
+    network's logged layers in order: with and without LayerNorm the same layer sits at different
+    module indices (``actor.net.3`` against ``actor.net.2``), and the figure compares it across runs."""
+    indices: dict[str, list[int]] = {}
+    for metric in run.series:
+        if metric.startswith("nap/norm/"):
+            net, _, index = metric.split("/", 2)[2].rpartition(".")
+            if net and index.isdigit():
+                indices.setdefault(net, []).append(int(index))
+    renamed = {}
+    for metric, values in run.series.items():
+        head, _, layer = metric.rpartition("/")
+        net, _, index = layer.rpartition(".")
+        if head in ("nap/norm", "nap/eff_lr") and net in indices and index.isdigit():
+            metric = f"{head}/{net} layer {sorted(indices[net]).index(int(index)) + 1}"
+        renamed[metric] = values
+    return RunData(run.env, run.seed, run.label, renamed, run.args, run.path, run.reference)
+
+
 def plot_nap(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 1000, seed: int = 0) -> list[Path]:
     """Per env: each layer's weight norm and, below it, its effective learning rate, one line per label.
 
-    Layers fill up to four columns, each taking two rows (norm, effective lr).
+    Layers fill up to four columns, each taking two rows (norm, effective lr); a panel holds the
+    same layer of every run (see :func:`layers_by_position`).
     """
     plt = _pyplot()
     paths = []
-    nap_runs = [r for r in runs if any(m.startswith("nap/norm/") for m in r.series)]
+    nap_runs = [layers_by_position(r) for r in runs if any(m.startswith("nap/norm/") for m in r.series)]
     for env in sorted({r.env for r in nap_runs}):
         here = [r for r in nap_runs if r.env == env]
         layers = sorted({m.split("/", 2)[2] for r in here for m in r.series if m.startswith("nap/norm/")})

@@ -396,3 +396,23 @@ def test_lines_get_distinct_colors_and_published_ones_keep_theirs():
     assert len(set(many.values())) == 14
     few = _colors(["arm0"] + published)
     assert all(few[p] == many[p] for p in published)
+
+
+def test_nap_layers_are_matched_by_position_across_runs_with_and_without_layernorm():
+    from cleanrl_style.plot import layers_by_position
+
+    row = np.array([[0, 0, 1.0]])
+    with_ln = RunData("E", 1, "nap", {f"nap/norm/actor.net.{i}": row for i in (0, 3, 6)} | {"nap/eff_lr/actor.net.3": row})
+    plain = RunData("E", 1, "plain", {f"nap/norm/actor.net.{i}": row for i in (0, 2, 4)} | {"charts/SPS": row})
+    assert sorted(layers_by_position(with_ln).series) == [
+        "nap/eff_lr/actor.net layer 2",
+        "nap/norm/actor.net layer 1",
+        "nap/norm/actor.net layer 2",
+        "nap/norm/actor.net layer 3",
+    ]
+    assert sorted(layers_by_position(plain).series) == [
+        "charts/SPS",
+        "nap/norm/actor.net layer 1",
+        "nap/norm/actor.net layer 2",
+        "nap/norm/actor.net layer 3",
+    ]
