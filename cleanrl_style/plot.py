@@ -796,12 +796,13 @@ def layers_by_position(run: RunData) -> RunData:
             net, _, index = metric.split("/", 2)[2].rpartition(".")
             if net and index.isdigit():
                 indices.setdefault(net, []).append(int(index))
+    position = {(net, i): k + 1 for net, found in indices.items() for k, i in enumerate(sorted(found))}
     renamed = {}
     for metric, values in run.series.items():
         head, _, layer = metric.rpartition("/")
         net, _, index = layer.rpartition(".")
-        if head in ("nap/norm", "nap/eff_lr") and net in indices and index.isdigit():
-            metric = f"{head}/{net} layer {sorted(indices[net]).index(int(index)) + 1}"
+        if head in ("nap/norm", "nap/eff_lr") and index.isdigit() and (net, int(index)) in position:
+            metric = f"{head}/{net} layer {position[net, int(index)]}"
         renamed[metric] = values
     return RunData(run.env, run.seed, run.label, renamed, run.args, run.path, run.reference)
 
