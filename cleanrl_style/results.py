@@ -46,7 +46,9 @@ def export(recipe_path: str, runs_dir: str = "", out_dir: str = "") -> list[Path
     recipe = load_recipe(recipe_path)
     runs = Path(runs_dir) if runs_dir else RECIPE_RUNS / recipe.name
     out = Path(out_dir) if out_dir else Path("results") / recipe.name
-    written, kept, missing = [], [], []
+    written: list[Path] = []
+    kept: list[str] = []
+    missing: list[str] = []
     for point in recipe_points(recipe):
         run = runs / point.folder_name()
         if not (run / DONE_NAME).exists():
