@@ -34,7 +34,7 @@ from torch.utils.flop_counter import FlopCounterMode
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from timing import MatmulRecorder, alternating_rounds, replay_matmuls  # noqa: E402  (benchmarks/timing.py)
+from timing import alternating_rounds, record_matmuls, replay_matmuls  # noqa: E402  (benchmarks/timing.py)
 
 from cleanrl_style.evaluate import import_agent  # noqa: E402
 from cleanrl_style.replay import ReplayBuffer  # noqa: E402
@@ -89,14 +89,7 @@ def make_ours(obs_dim, act_dim, low, high, args: BenchArgs):
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    def record() -> list[tuple]:
-        """The matrix products of one update (shapes, dtypes, layouts)."""
-        recorder = MatmulRecorder()
-        with recorder:
-            update(rb.sample(args.batch_size))
-        return recorder.calls
-
-    return rb, train, record
+    return rb, train
 
 
 def make_sb3(env, args: BenchArgs):
@@ -141,7 +134,7 @@ def main(args: BenchArgs) -> float:
     rewards = rng.standard_normal(n).astype(np.float32)
     dones = rng.random(n) < 0.01
 
-    rb, ours, record_ours = make_ours(obs_dim, act_dim, low, high, args)
+    rb, ours = make_ours(obs_dim, act_dim, low, high, args)
     rb.add(
         torch.from_numpy(obs),
         torch.from_numpy(actions),
@@ -163,19 +156,18 @@ def main(args: BenchArgs) -> float:
         with FlopCounterMode(display=False) as counter:
             fn(1)
         flops[name] = counter.get_total_flops()
-    products = record_ours()
+    products = record_matmuls(lambda: ours(1))
     replay = replay_matmuls(products, args.device)
 
     def ceiling(n: int) -> None:
         for _ in range(n):
             replay()
-        if args.device.startswith("cuda"):
-            torch.cuda.synchronize()
 
     # One call of each per round, ``--updates`` updates each, in turn (the machine's speed drifts).
     contenders = {"sac_nap": ours, "sb3": sb3, "ceiling": ceiling}
+    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     seconds = alternating_rounds(
-        {k: (lambda fn=fn: fn(args.updates)) for k, fn in contenders.items()}, args.rounds, 0.0, min_calls=1
+        {k: (lambda fn=fn: fn(args.updates)) for k, fn in contenders.items()}, args.rounds, 0.0, sync, min_calls=1
     )
     rates = {name: [args.updates / s for s in per_round] for name, per_round in seconds.items()}
     ours_rate, sb3_rate, ceiling_rate = (statistics.median(rates[k]) for k in ("sac_nap", "sb3", "ceiling"))

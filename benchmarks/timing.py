@@ -56,6 +56,14 @@ class MatmulRecorder(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def record_matmuls(fn: Callable[[], object]) -> list[tuple]:
+    """The matrix products one call of ``fn`` runs (op, argument layouts, keyword arguments)."""
+    recorder = MatmulRecorder()
+    with recorder:
+        fn()
+    return recorder.calls
+
+
 def _like(shape, stride, dtype, device) -> torch.Tensor:
     """A random tensor with this exact layout (broadcast dimensions of stride 0 included)."""
     storage = 1 + sum((size - 1) * st for size, st in zip(shape, stride))

@@ -38,7 +38,7 @@ from torch.utils.flop_counter import FlopCounterMode
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from timing import MatmulRecorder, alternating_rounds, matmul_peak, replay_matmuls  # noqa: E402  (benchmarks/timing.py)
+from timing import alternating_rounds, matmul_peak, record_matmuls, replay_matmuls  # noqa: E402  (benchmarks/timing.py)
 
 import envs  # noqa: E402
 from cleanrl_style.evaluate import import_agent  # noqa: E402
@@ -133,24 +133,23 @@ def main(args: BenchArgs) -> None:
         rb = ReplayBuffer(n, (obs_dim,), (act_dim,), device=args.device)
         rb.add(*(x.to(args.device) for x in data))
         batch_size = agent_args.batch_size
-        learner.update(rb.sample(batch_size))  # warm-up (lazy state, allocator)
+        eager = lambda learner=learner, rb=rb, bs=batch_size: learner.update(rb.sample(bs))  # noqa: E731
+        eager()  # warm-up (lazy state, allocator)
         with FlopCounterMode(display=False) as counter:
-            learner.update(rb.sample(batch_size))
-        recorder = MatmulRecorder()
-        with recorder:
-            learner.update(rb.sample(batch_size))
+            eager()
+        products = record_matmuls(eager)
         matmul_flops = FlopCounterMode(display=False)
-        ceiling = replay_matmuls(recorder.calls, args.device)
+        ceiling = replay_matmuls(products, args.device)
         with matmul_flops:
             ceiling()
         info[name] = dict(
             flops=counter.get_total_flops(),
             matmul_flops=matmul_flops.get_total_flops(),
-            matmuls=len(recorder.calls),
+            matmuls=len(products),
             utd=agent_args.updates_per_step,
             config=describe(agent_args),
         )
-        contenders[f"{name} eager"] = lambda learner=learner, rb=rb, bs=batch_size: learner.update(rb.sample(bs))
+        contenders[f"{name} eager"] = eager
         contenders[f"{name} ceiling"] = ceiling
         if args.compile:  # the same agent and data, its losses compiled (the agents' --compile on)
             compiled = build(name, overrides.get(name, {}), args, vec_env, compile=True)[3]

@@ -11,7 +11,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from timing import MatmulRecorder, alternating_rounds, replay_matmuls  # noqa: E402
+from timing import alternating_rounds, record_matmuls, replay_matmuls  # noqa: E402
 
 
 def test_the_replayed_products_are_the_updates_own():
@@ -27,14 +27,12 @@ def test_the_replayed_products_are_the_updates_own():
 
     with FlopCounterMode(display=False) as counted:
         update()
-    recorder = MatmulRecorder()
-    with recorder:
-        update()
+    calls = record_matmuls(update)
     # Forward: 2 addmm and 1 bmm. Backward: mm for both linears' weight gradients and the second's input
     # gradient (x needs none), 2 bmm for the batched product's two inputs.
-    ops = [str(func) for func, _, _ in recorder.calls]
+    ops = [str(func) for func, _, _ in calls]
     assert (ops.count("aten.addmm.default"), ops.count("aten.mm.default"), ops.count("aten.bmm.default")) == (2, 3, 3)
-    replay = replay_matmuls(recorder.calls, "cpu")
+    replay = replay_matmuls(calls, "cpu")
     with FlopCounterMode(display=False) as replayed:
         replay()
     assert replayed.get_total_flops() == counted.get_total_flops() > 0
