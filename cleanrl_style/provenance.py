@@ -32,14 +32,72 @@ def git_commit(repo: Path) -> str:
         return "unknown"
 
 
-def cpu_model() -> str:
+def _cpuinfo_fields() -> dict[str, str]:
+    """The first processor's ``key: value`` lines of /proc/cpuinfo (empty where there is none)."""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            if not line.strip():
+                break  # the end of the first processor's block
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return fields
+
+
+def cpu_model() -> str:
+    return _cpuinfo_fields().get("model name") or platform.processor() or platform.machine()
+
+
+# The instruction-set flags that change which kernels torch runs, and so a run's float arithmetic.
+KERNEL_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
+
+
+def cpu_identity() -> dict[str, Any]:
+    """What tells two CPUs apart when their model name does not (virtual machines report a generic
+    "Intel(R) Xeon(R) Processor"): vendor, family, model and stepping numbers, and the kernel flags."""
+    fields = _cpuinfo_fields()
+    flags = set(fields.get("flags", "").split())
+    return {
+        "vendor": fields.get("vendor_id", platform.machine()),
+        "family": fields.get("cpu family"),
+        "model": fields.get("model"),
+        "stepping": fields.get("stepping"),
+        "kernel_flags": [flag for flag in KERNEL_FLAGS if flag in flags],
+    }
+
+
+def threads() -> dict[str, Any]:
+    """torch's intra- and inter-op threads, the ISA torch dispatches to (``ATEN_CPU_CAPABILITY`` lowers
+    it), and the thread variables of the environment."""
+    import torch
+
+    return {
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "environment": {
+            name: os.environ[name]
+            for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "ATEN_CPU_CAPABILITY")
+            if name in os.environ
+        },
+    }
+
+
+def env_record(vec_env: Any) -> dict[str, Any]:
+    """The vector env a run chose: its backend (what ``--backend auto`` resolved to) and, for the
+    backends that step on CPU threads, how many (0: one per CPU)."""
+    return {"backend": getattr(vec_env, "backend", None), "env_threads": getattr(vec_env, "num_threads", None)}
+
+
+def update_last_record(run_dir: Path, fields: dict[str, Any]) -> None:
+    """Add ``fields`` to the newest record of ``run_dir/provenance.json`` (what is known only once the
+    run has made its env)."""
+    path = Path(run_dir) / FILE_NAME
+    records = json.loads(path.read_text()) if path.exists() else [{}]
+    records[-1].update(fields)
+    _write(path, records)
 
 
 def cpu_has_native_bf16() -> bool:
@@ -53,7 +111,8 @@ def cpu_has_native_bf16() -> bool:
 
 
 def describe(repo: Path, device: str = "cpu") -> dict[str, Any]:
-    """One record: time, commit, Python and package versions, CPU model and cores, load, device."""
+    """One record: time, commit, Python and package versions, CPU model, identity and cores, threads,
+    load, device."""
     versions = {}
     for name in PACKAGES:
         with contextlib.suppress(metadata.PackageNotFoundError):
@@ -65,6 +124,8 @@ def describe(repo: Path, device: str = "cpu") -> dict[str, Any]:
         "packages": versions,
         "cpu": cpu_model(),
         "cpu_native_bf16": cpu_has_native_bf16(),
+        "cpu_identity": cpu_identity(),
+        "threads": threads(),
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
         "device": device,
@@ -81,6 +142,10 @@ def append_record(run_dir: Path, record: dict[str, Any]) -> None:
     path = Path(run_dir) / FILE_NAME
     records = json.loads(path.read_text()) if path.exists() else []
     records.append(record)
+    _write(path, records)
+
+
+def _write(path: Path, records: list[dict[str, Any]]) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(records, indent=2))
     os.replace(tmp, path)

@@ -46,6 +46,8 @@ class EnvpoolVectorEnv(TorchVectorEnv):
     ):
         import envpool
 
+        self.num_threads = num_threads
+
         # envpool seeds sub-environment i with seed + i, as Gymnasium does.
         self.pool = envpool.make(
             env_id,

@@ -89,6 +89,7 @@ class MujocoBatchVectorEnv(TorchVectorEnv):
         # persistent: every simulation keeps its whole MjData (memory grows with num_envs), so that
         # get_data() hands over the derived fields mj_rnePostConstraint needs. Only for cfrc_ext.
         self._batch = Batch(model, nsim=num_envs, nthread=num_threads, persistent=self.task.needs_cfrc_ext)
+        self.num_threads = num_threads
         obs_space = self._gym_env.observation_space
         obs_space = gym.spaces.Box(-np.inf, np.inf, shape=obs_space.shape, dtype=np.float32)
         super().__init__(env_id, num_envs, obs_space, self._gym_env.action_space, device)

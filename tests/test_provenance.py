@@ -1,0 +1,40 @@
+"""What a run records about where it ran: enough to tell two CPUs, two thread settings and two
+env backends apart."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import envs
+from cleanrl_style import provenance
+
+
+def test_the_record_names_the_cpu_the_threads_and_the_isa_torch_chose(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    record = provenance.describe(tmp_path)
+    identity = record["cpu_identity"]
+    assert set(identity) == {"vendor", "family", "model", "stepping", "kernel_flags"}
+    assert set(identity["kernel_flags"]) <= set(provenance.KERNEL_FLAGS)
+    assert record["threads"]["environment"]["OMP_NUM_THREADS"] == "1"
+    assert record["threads"]["torch_threads"] >= 1
+
+
+def test_a_lowered_isa_is_recorded():
+    # ATEN_CPU_CAPABILITY is read when torch loads: a fresh interpreter with it set reports it.
+    code = "from cleanrl_style import provenance; print(provenance.threads()['torch_cpu_capability'])"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={"ATEN_CPU_CAPABILITY": "default", "PATH": ""}, capture_output=True, text=True
+    )
+    assert out.stdout.strip() == "DEFAULT", out.stderr
+
+
+def test_the_backend_auto_chose_lands_in_the_newest_record(tmp_path):
+    provenance.append_record(tmp_path, {"start_step": 0})
+    provenance.append_record(tmp_path, {"start_step": 100})
+    vec_env = envs.make("Pendulum", 2, backend="auto")
+    provenance.update_last_record(tmp_path, provenance.env_record(vec_env))
+    records = json.loads((tmp_path / provenance.FILE_NAME).read_text())
+    assert "backend" not in records[0]
+    assert records[1]["backend"] == vec_env.backend != "abstract"
