@@ -137,12 +137,29 @@ class ProblemSet:
 
 
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+
+
+def _answer_tags(message: str) -> list[str]:
+    """Bodies of ``<answer>...</answer>`` pairs, each from an opening tag to the next closing tag.
+
+    A scan with ``str.find``, linear in the message: a lazy regex would rescan the rest of the
+    message from every unclosed opening tag (quadratic; a minute for 200 kB of ``<answer>``).
+    """
+    bodies = []
+    position = 0
+    while (start := message.find(ANSWER_OPEN, position)) >= 0:
+        end = message.find(ANSWER_CLOSE, start + len(ANSWER_OPEN))
+        if end < 0:
+            break  # no closing tag after this one, hence none after any later one either
+        bodies.append(message[start + len(ANSWER_OPEN) : end])
+        position = end + len(ANSWER_CLOSE)
+    return bodies
 
 
 def extract_answer(message: str) -> float | None:
     """The last ``\\boxed{...}`` or ``<answer>...</answer>`` value as a number, else None."""
-    found = _BOXED.findall(message) + _ANSWER_TAG.findall(message)
+    found = _BOXED.findall(message) + _answer_tags(message)
     if not found:
         return None
     text = found[-1].strip().replace(",", "").replace("$", "").replace(" ", "")
@@ -169,9 +186,14 @@ class PythonReasoningEnv(gym.Env):
             calls: each call gets what is left (at most ``limits.wall_seconds``), and calls made
             once it is spent are answered with an error without running. This bounds one
             ``step`` however many calls the message holds.
+
+    A message longer than ``action_space.max_length`` characters (``MessageSpace``, 100,000 by
+    default) is cut to that length before it is read or stored, and counted in
+    ``info["errors"]`` as ``too_long``; a tool call or answer past the cut is not seen.
     """
 
     metadata = {"render_modes": []}
+    action_space: MessageSpace
 
     def __init__(
         self,
@@ -293,6 +315,10 @@ class PythonReasoningEnv(gym.Env):
             raise RuntimeError("the episode is over; call reset()")
         if not isinstance(action, str):
             action = str(action)
+        if len(action) > self.action_space.max_length:
+            # Cut before anything reads it, as a generation limit would; counted, not raised.
+            action = action[: self.action_space.max_length]
+            self._count("too_long")
         self.messages.append({"role": "assistant", "content": action})
         if has_tool_call(action):
             self._run_calls(action)
