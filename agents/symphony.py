@@ -3,7 +3,15 @@
     python agents/symphony.py --env Humanoid
     python agents/symphony.py --env Humanoid --fading uniform      # ablation: uniform replay
 
-What Symphony puts together, with the defaults of the paper and its official code (Symphony S3):
+**Pinned official code**: timurgepard/Symphony-S2 commit ``1318d66`` (2025-12-31, "Add files via
+upload"), the folder ``S3/`` (``symphony.py``, ``train.py``). ``S3/`` was uploaded once in that
+commit and never changed until it was deleted (``3ec36e4``, 2026-03-04); the repository's top-level
+``symphony.py`` moved on (bell-shaped node weights, the swaddling value subtracted in the target;
+at ``97e0466``, 2026-08-22, also a feature extractor with a reward model, batch 192, tau 0.001).
+Every default below is S3's but the gradient dropout (see there), and
+``benchmarks/symphony_official.py`` runs that commit on this suite's tasks.
+
+What Symphony puts together, with the defaults of the pinned official code (S3):
 - **Fading Replay Buffer**: sampling probability ``tanh((pi * u) ** e)`` of the relative age ``u``
   (the oldest ~40% fade out); capacity 512,000. A warm-up of 10,240 steps, acted by the untrained
   policy with its noise, is replicated to fill the whole buffer, and rewards are scaled by
@@ -32,12 +40,38 @@ What Symphony puts together, with the defaults of the paper and its official cod
   initialized uniformly in ``+-1/sqrt(hidden)``.
 - **Gradient dropout** after the output layer of the actor and of every critic sub-network
   (probability 0.5): the forward value is unchanged, the gradient passes through a random half of
-  the outputs (the paper's setting; ``--grad-dropout 0`` turns it off).
+  the outputs. S3 defines this module (probability 0.5) but its blocks do not apply it:
+  ``--grad-dropout 0`` is S3's setting.
 
 Flags give the alternatives to these choices: ``--sb-map sigmoid`` (S and B as ``(1 + y) / 2``),
 ``--grad-dropout 0``, ``--batch-size 256``, ``--bias-correction``, ``--warmup-actions uniform``,
 ``--q-bar-init first-batch``. The target critic is a copy of the critic, gradient dropout included:
 the actor's gradient through ``q'`` is masked the same way.
+
+Differences from the pinned commit (S3 at ``1318d66``), besides gradient dropout above:
+- Replay order: S3 keeps transitions in insertion order and, once full, rolls its tensors by one
+  per step (the oldest leaves); when the oldest is terminal it rolls by two, which moves that
+  terminal transition to the newest end, so S3 never drops a terminal transition and they pile up.
+  Here a ring buffer drops the oldest transition, terminal or not. Both weight by the same fading
+  of the relative age (S3 draws with ``torch.multinomial``, here by inverse CDF: the same law).
+- S3's training loop acts with noise only (``a = tanh(N)``) in the last 50 steps of each training
+  episode's 1,000-step limit; here the policy acts on every step.
+- ``|Q_T|`` is clamped at 1e-3 here (S3 divides unclamped); ``Omega``'s argument is clamped at
+  ``1 - 1e-6`` (S3 does not clamp; ``S``, ``B`` are in ``[1e-3, 1 - 1e-3]`` in both).
+- Actions are scaled to the env's bounds; S3 uses ``a_max = 1`` for every env (the same on Hopper,
+  Walker2d, HalfCheetah and Ant, whose bounds are [-1, 1]; not on Humanoid, [-0.4, 0.4]).
+- S3's ``train.py`` ties the width to the buffer (``h_dim = capacity // 1000``: 512 at 512,000) and
+  derives the nodes (``h_dim / 4`` per sub-network) and the batch (all nodes); here each is a flag
+  with S3's values as defaults, so reduced widths keep S3's coupling only when given together
+  (``--hidden 128 --critic-nodes 32 --batch-size 96``).
+- S3 reseeds torch, numpy and ``random`` from ``random`` at every environment step and every
+  update; here the run is seeded once. S3's script used the v4 MuJoCo envs; the suite's are v5.
+- S3 divides rewards by ``mean|r|`` when storing them; here the stored rewards are the
+  environment's and the loss multiplies them by ``1 / mean|r|`` (the same values).
+- Arithmetic that is the same in both, written differently: the optimizer (S3:
+  ``p -= lr (m / (sqrt(v) + eps) + wd p)``), the target (S3 Polyak-averages the critic part of a full
+  actor-critic copy), ReSine, the sorted-node target, ``Qbar`` (the batch mean of the previous
+  ``Q_T``, from 0), the noise, the swaddling, the critic target ``r + gamma (1 - d) q'``.
 
 Choices made here (the paper and the official code leave them open, or this suite differs):
 - ``q'`` uses the actor's noisy action at ``s'`` (reparameterized, like SAC's sampled next action);
@@ -46,11 +80,9 @@ Choices made here (the paper and the official code leave them open, or this suit
   official code divides unclamped). ``Omega`` arguments are clamped to ``1 - 1e-6``.
 - Actions are scaled to the env's bounds (the official code uses ``a_max = 1`` for every env).
   Evaluation acts with ``a_max * tanh(S * A)`` (no noise); there is no observation normalization.
-- Not taken from the official training loop: noise-only actions in the last 50 steps of each
-  training episode, and the buffer's rule that keeps terminal transitions from being overwritten.
-- Stored rewards are the environment's: the official S2 buffer adds ``0.1 * sum(a^2)``
-  (``--action-reward 0.1`` does the same), and S2's critic target also subtracts the swaddling value
-  (``r + gamma (1 - d)(q' - Sw)``), which this suite does not.
+- Later top-level versions of the official code (after the pin) add ``0.1 * sum(a^2)`` to the stored
+  reward (``--action-reward 0.1`` does the same; S3 does not) and subtract the swaddling value in
+  the critic target (``r + gamma (1 - d)(q' - Sw)``; S3 and this agent do not).
 - The three critic sub-networks are one ``Ensemble``: stacked weights, one batched call; actor and
   critic parameters live in one flat tensor (``FlatParameters``), so the optimizer step is a few ops.
 - Truncated episodes bootstrap from the true final observation (``info["final_obs"]``).
