@@ -42,7 +42,9 @@ reached), and adds them to the summary and the aggregates.
 Statistics come from rliable (Agarwal et al., 2021, arXiv:2108.13264): the IQM drops the lowest and
 the highest quarter of the values (``floor(n / 4)`` each) and averages the rest; a CI is the
 ``(1 - ci) / 2`` and ``(1 + ci) / 2`` percentiles of the estimate over ``--n-boot`` resamples of the
-seeds, with replacement, within each env.
+seeds, with replacement, within each env. With fewer than ``MIN_SEEDS_FOR_CI`` (5) seeds there is
+no interval: tables leave it empty and name the method ``none (n < 5)``, and figures shade the seeds'
+range instead, saying so in their titles.
 """
 
 from __future__ import annotations
@@ -139,6 +141,21 @@ def mean_per_point(scores: np.ndarray) -> np.ndarray:
 
 ESTIMATORS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"mean": mean_per_point, "iqm": iqm_per_point}
 
+# Below 5 seeds a percentile bootstrap is the seeds' range, not a 95% interval: with 3 seeds a resample
+# of the top seed three times has probability 1/27 > 2.5%, so the interval's ends are the extreme seeds
+# whatever their spread, and its coverage is nearer 75% than 95%. Fewer seeds get no interval.
+MIN_SEEDS_FOR_CI = 5
+
+
+def interval_method(n: int, ci: float = 0.95, min_runs: int = MIN_SEEDS_FOR_CI) -> str:
+    """The interval a table reports over ``n`` seeds, named as the table names it."""
+    return f"{ci:.0%} percentile bootstrap (rliable)" if n >= min_runs else f"none (n < {min_runs})"
+
+
+def band_note(ci: float = 0.95) -> str:
+    """What a figure's shaded band is, for its title."""
+    return f"band: {ci:.0%} bootstrap CI over n >= {MIN_SEEDS_FOR_CI} seeds, the seeds' range where fewer"
+
 
 def interval_estimate(
     scores: np.ndarray | list[np.ndarray],
@@ -146,13 +163,19 @@ def interval_estimate(
     ci: float = 0.95,
     n_boot: int = 2000,
     seed: int = 0,
+    min_runs: int = MIN_SEEDS_FOR_CI,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """rliable's stratified-bootstrap interval of ``func``; returns (point estimate, low, high).
 
     ``scores``: an array ``(runs, envs, ...)`` (runs resampled within each env), or a list of such
     arrays resampled independently (envs or algorithms with different numbers of runs), in which
-    case ``func`` takes them as separate arguments.
+    case ``func`` takes them as separate arguments. Where an array has fewer than ``min_runs`` runs,
+    low and high are NaN (see ``MIN_SEEDS_FOR_CI``).
     """
+    arrays = scores if isinstance(scores, list) else [scores]
+    if min(len(a) for a in arrays) < min_runs:
+        point = np.asarray(func(*arrays))
+        return point, np.full(point.shape, np.nan), np.full(point.shape, np.nan)
     library, _ = _rliable()
     # rliable draws its resampling indices from NumPy's global generator: seed it, then restore it.
     state = np.random.get_state()
@@ -167,11 +190,17 @@ def interval_estimate(
 
 
 def bootstrap_ci(
-    values: np.ndarray, estimator: str = "mean", ci: float = 0.95, n_boot: int = 2000, seed: int = 0
+    values: np.ndarray,
+    estimator: str = "mean",
+    ci: float = 0.95,
+    n_boot: int = 2000,
+    seed: int = 0,
+    min_runs: int = MIN_SEEDS_FOR_CI,
 ) -> tuple[float, float]:
-    """Percentile bootstrap CI of ``estimator`` over seeds ``values`` ``(n_seeds,)`` (one env); returns (low, high)."""
+    """Percentile bootstrap CI of ``estimator`` over seeds ``values`` ``(n_seeds,)`` (one env); returns
+    (low, high), NaN with fewer than ``min_runs`` seeds."""
     scores = np.asarray(values, dtype=float).reshape(-1, 1, 1)
-    _, low, high = interval_estimate(scores, ESTIMATORS[estimator], ci, n_boot, seed)
+    _, low, high = interval_estimate(scores, ESTIMATORS[estimator], ci, n_boot, seed, min_runs)
     return float(low[0]), float(high[0])
 
 
@@ -356,7 +385,8 @@ def by_label_and_env(runs: list[RunData]) -> dict[tuple[str, str], list[RunData]
 def summary_rows(
     runs: list[RunData], metric: str = RETURN, final_fraction: float = 0.1, ci: float = 0.95, n_boot: int = 2000, seed: int = 0
 ) -> list[dict]:
-    """One row per (line, env): final ``metric`` mean with its bootstrap CI, and IQM, over seeds."""
+    """One row per (line, env): final ``metric`` mean with its bootstrap CI (none under 5 seeds; the
+    ``interval`` column names the method), the seeds' lowest and highest, and the IQM."""
     rows = []
     for (label, env), group in by_label_and_env(runs).items():
         finals = np.array([final_value(r.series[metric], final_fraction) for r in group if metric in r.series])
@@ -370,8 +400,11 @@ def summary_rows(
             "seeds": len(finals),
             "steps": int(steps),
             "final_mean": float(finals.mean()),
+            "interval": interval_method(len(finals), ci),
             "ci_low": lo,
             "ci_high": hi,
+            "seed_min": float(finals.min()),
+            "seed_max": float(finals.max()),
             "final_iqm": iqm(finals),
         }
         evals = [r.series["eval/return_mean"][-1, 2] for r in group if "eval/return_mean" in r.series]
@@ -413,7 +446,13 @@ def aggregate_rows(
     for label, per_env in normalized_scores(runs, metric, final_fraction).items():
         groups = list(per_env.values())
         point, low, high = interval_estimate(groups, aggregate_metrics, ci, n_boot, seed)
-        row = {"agent": label, "envs": len(groups), "env_names": " ".join(per_env), "runs": sum(len(g) for g in groups)}
+        row = {
+            "agent": label,
+            "envs": len(groups),
+            "env_names": " ".join(per_env),
+            "runs": sum(len(g) for g in groups),
+            "interval": interval_method(min(len(g) for g in groups), ci),
+        }
         for i, name in enumerate(AGGREGATES):
             row.update({name: float(point[i]), f"{name}_low": float(low[i]), f"{name}_high": float(high[i])})
         rows.append(row)
@@ -630,9 +669,11 @@ def _draw_band(
     # A metric logged once (a final test success rate) is a point, drawn as a marker.
     marker = marker or ("o" if len(grid) == 1 else None)
     ax.plot(grid, center, color=color, label=label, linestyle=linestyle, lw=1.6, marker=marker)
-    if len(values) > 1:
+    if len(values) >= MIN_SEEDS_FOR_CI:
         _, lo, hi = interval_estimate(scores, ESTIMATORS[estimator], ci, n_boot, seed)
         ax.fill_between(grid, lo, hi, color=color, alpha=0.2, lw=0)
+    elif len(values) > 1:  # too few seeds for an interval: their range, lighter (band_note says so)
+        ax.fill_between(grid, values.min(axis=0), values.max(axis=0), color=color, alpha=0.12, lw=0)
     return True
 
 
@@ -682,7 +723,7 @@ def curves_figure(
         ax.grid(alpha=0.3)
         plain_axis(ax)
     _figure_legend(fig, _legend_handles(axes), len(envs))
-    band = f"{'IQM' if estimator == 'iqm' else 'mean'} across seeds, {ci:.0%} bootstrap CI"
+    band = f"{'IQM' if estimator == 'iqm' else 'mean'} across seeds; {band_note(ci)}"
     sep = "\n" if len(envs) < 3 else " "  # a narrow figure takes the title on two lines
     fig.suptitle(f"{metric} over {'environment steps' if x == 'step' else 'wall-clock time'}{sep}({band})", fontsize=11)
     return fig
@@ -716,16 +757,26 @@ def plot_aggregate(rows: list[dict], out: Path, ci: float = 0.95) -> Path | None
     )
     for ax, key in zip(axes[0], AGGREGATES):
         for i, r in enumerate(rows):
-            ax.barh(
-                i, r[f"{key}_high"] - r[f"{key}_low"], left=r[f"{key}_low"], height=0.6, color=colors[r["agent"]], alpha=0.6
-            )
+            if not math.isnan(r[f"{key}_low"]):  # no bar where a line has under 5 runs on an env
+                ax.barh(
+                    i,
+                    r[f"{key}_high"] - r[f"{key}_low"],
+                    left=r[f"{key}_low"],
+                    height=0.6,
+                    color=colors[r["agent"]],
+                    alpha=0.6,
+                )
             ax.plot([r[key], r[key]], [i - 0.3, i + 0.3], color="black", lw=1.5)
         ax.set_yticks(range(len(rows)), [f"{r['agent']} ({r['envs']} envs, {r['runs']} runs)" for r in rows])
         ax.set_title({"iqm": "IQM", "median": "Median", "mean": "Mean"}[key], fontsize=10)
-        ax.set_xlim(min(0.0, min(r[f"{key}_low"] for r in rows)) - 0.02, max(1.0, max(r[f"{key}_high"] for r in rows)) + 0.02)
+        lows = [r[f"{key}_low"] for r in rows if not math.isnan(r[f"{key}_low"])]
+        highs = [r[f"{key}_high"] for r in rows if not math.isnan(r[f"{key}_high"])]
+        ax.set_xlim(min([0.0, *lows]) - 0.02, max([1.0, *highs]) + 0.02)
         ax.grid(axis="x", alpha=0.3)
     fig.supxlabel("final return, min-max normalized per env", fontsize=10)
-    fig.suptitle(f"Aggregate across envs ({ci:.0%} stratified bootstrap CI, rliable)", fontsize=11)
+    fig.suptitle(
+        f"Aggregate across envs ({ci:.0%} stratified bootstrap CI, rliable; none under {MIN_SEEDS_FOR_CI} runs)", fontsize=11
+    )
     path = out / "aggregate.png"
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -751,7 +802,11 @@ def plot_performance_profile(
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     _figure_legend(fig, _legend_handles([ax]), 1)
-    fig.suptitle(f"Performance profile over {n_envs} envs ({ci:.0%} stratified bootstrap CI, rliable)", fontsize=11)
+    fig.suptitle(
+        f"Performance profile over {n_envs} envs "
+        f"({ci:.0%} stratified bootstrap CI, rliable; none under {MIN_SEEDS_FOR_CI} runs)",
+        fontsize=11,
+    )
     path = out / "performance_profile.png"
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -766,7 +821,8 @@ def plot_improvement(rows: list[dict], out: Path, ci: float = 0.95) -> Path | No
     width = 0.075 * max(max(len(r["x"]), len(r["y"]) + 2) for r in rows) + 5.5
     fig, ax = plt.subplots(figsize=(width, 0.7 * len(rows) + 1.5), layout="constrained")
     for i, r in enumerate(reversed(rows)):
-        ax.barh(i, r["high"] - r["low"], left=r["low"], height=0.5, color="tab:blue", alpha=0.5)
+        if not math.isnan(r["low"]):  # no bar where a line has under 5 runs on an env
+            ax.barh(i, r["high"] - r["low"], left=r["low"], height=0.5, color="tab:blue", alpha=0.5)
         ax.plot([r["probability"]] * 2, [i - 0.25, i + 0.25], color="black", lw=1.5)
     ax.set_yticks(range(len(rows)), [f"{r['x']}\n> {r['y']} ({r['envs']} envs)" for r in reversed(rows)], fontsize=9)
     ax.set_ylim(-0.6, len(rows) - 0.4)
@@ -774,7 +830,10 @@ def plot_improvement(rows: list[dict], out: Path, ci: float = 0.95) -> Path | No
     ax.set_xlim(0, 1)
     ax.set_xlabel("P(X > Y); 0.5: no difference")
     ax.grid(axis="x", alpha=0.3)
-    fig.suptitle(f"Probability of improvement ({ci:.0%} stratified bootstrap CI, rliable)", fontsize=11)
+    fig.suptitle(
+        f"Probability of improvement ({ci:.0%} stratified bootstrap CI, rliable; none under {MIN_SEEDS_FOR_CI} runs)",
+        fontsize=11,
+    )
     path = out / "probability_of_improvement.png"
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -843,7 +902,7 @@ def plot_nap(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
         for ax in axes[-1]:
             ax.set_xlabel("environment steps")
         _figure_legend(fig, _legend_handles(axes.flat), len(layers) * 2)
-        fig.suptitle(f"NaP on {env}: per-layer ||W|| and lr/||W|| (mean over seeds, {ci:.0%} bootstrap CI)")
+        fig.suptitle(f"NaP on {env}: per-layer ||W|| and lr/||W|| (mean over seeds; {band_note(ci)})")
         path = out / f"nap_{file_part(env)}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
@@ -934,7 +993,7 @@ def plot_llm(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
             ax.legend(fontsize=8)
         for ax in (ax_success, ax_zero):
             ax.set_ylim(-0.02, 1.02)
-        fig.suptitle(f"{env} (mean over seeds, {ci:.0%} bootstrap CI)")
+        fig.suptitle(f"{env} (mean over seeds; {band_note(ci)})")
         path = out / f"llm_{file_part(env)}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
@@ -967,7 +1026,8 @@ def make_all(
             rows,
             out / "summary.csv",
             out / "summary.md",
-            f"Final {metric} (mean over the last {final_fraction:.0%} of steps; mean, {ci:.0%} CI and IQM over seeds)",
+            f"Final {metric} (mean over the last {final_fraction:.0%} of steps; mean, interval (method in its "
+            f"column; none under {MIN_SEEDS_FOR_CI} seeds), range and IQM over seeds)",
         )
         written += [out / "summary.csv", out / "summary.md"]
     agg = aggregate_rows(runs, metric, final_fraction, ci, n_boot, seed)
