@@ -1,0 +1,344 @@
+"""Synthetic plasticity benchmark: does an MLP keep fitting targets that are re-drawn every K steps?
+
+    python benchmarks/nap_plasticity.py                                  # -> results/nap_plasticity/
+    python benchmarks/nap_plasticity.py --tasks labels --rounds 4 --steps-per-round 50 --seeds 1 2 --out /tmp/p
+
+The non-stationary supervised problem of the NaP paper's synthetic benchmarks (Lyle et al., 2024,
+arXiv:2407.01800, after Lyle et al., 2023), at CPU scale. One fixed set of ``num_inputs`` inputs,
+drawn once per seed from a standard normal in ``input_dim`` dimensions, is fit for ``rounds``
+rounds of ``steps_per_round`` Adam steps (minibatches of ``batch_size`` drawn uniformly from the
+set). At the start of every round the targets are re-drawn and the network keeps training from
+where it stopped:
+
+- ``labels``: random labels, each input one of ``classes`` classes uniformly at random, fit with
+  cross-entropy (loss of a constant guess: ``ln(classes)``);
+- ``teacher``: the outputs of a fresh random teacher network (``input_dim -> teacher_width ->
+  outputs``, tanh, Gaussian weights), standardized per output over the set, fit with squared error
+  (loss of a constant guess: 1).
+
+The loss over the whole set (and the accuracy, for labels) at the end of each round measures how
+well the network still learns a new target in a fixed budget of steps. A network that loses
+plasticity fits each new round's targets less well: its end-of-round loss rises over rounds.
+
+Arms, all the same Adam at a constant learning rate, built by ``cleanrl_style.layers.mlp`` with
+ReLU hidden layers (the same initial linear weights in every arm for a given seed):
+
+- ``plain``: ``Linear -> ReLU`` hidden layers;
+- ``layernorm``: ``Linear -> LayerNorm -> ReLU``;
+- ``nap``: the LayerNorm network, with ``cleanrl_style.nap.NormProjector`` at the agents' defaults
+  (each hidden weight matrix and each LayerNorm's (gamma, beta) rescaled to its initial norm after
+  every optimizer step; biases and the output layer free), as ``agents/sac_nap.py`` uses it.
+
+For one seed every arm sees the same inputs, the same target sequence and the same minibatches.
+Writes to ``--out``:
+
+- ``rounds.csv``: one row per task, arm, seed and round: end-of-round loss and accuracy, the mean
+  Frobenius norm of the hidden weight matrices, that of the output layer, and the fraction of dead
+  hidden units (zero after the ReLU for every input);
+- ``summary.csv``: per task and arm, the mean end-of-round loss over the first and over the last
+  ``window`` rounds, and their difference (last - first), each per seed then averaged over seeds,
+  with a 95% percentile-bootstrap interval over seeds (rliable, via ``cleanrl_style.plot``);
+- ``args.json``, ``provenance.json`` (``cleanrl_style.provenance.describe``: date, commit, CPU
+  model, cores, load, package versions) and ``plots/plasticity.png``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+import tyro
+from torch import nn
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from cleanrl_style.layers import mlp  # noqa: E402
+from cleanrl_style.nap import NormProjector  # noqa: E402
+from cleanrl_style.plot import bootstrap_ci  # noqa: E402
+from cleanrl_style.provenance import describe  # noqa: E402
+
+ARMS = ("plain", "layernorm", "nap")
+TASKS = ("labels", "teacher")
+ROUND_FIELDS = (
+    "task",
+    "arm",
+    "seed",
+    "round",
+    "loss",
+    "accuracy",
+    "weight_norm",
+    "output_norm",
+    "dead_fraction",
+    "seconds",
+)
+SUMMARY_FIELDS = (
+    "task",
+    "arm",
+    "n_seeds",
+    "window",
+    "first_loss",
+    "first_low",
+    "first_high",
+    "last_loss",
+    "last_low",
+    "last_high",
+    "change",
+    "change_low",
+    "change_high",
+    "interval",
+)
+
+
+@dataclass
+class Args:
+    tasks: tuple[Literal["labels", "teacher"], ...] = ("labels", "teacher")
+    """which target families to run (each a separate experiment)"""
+    arms: tuple[Literal["plain", "layernorm", "nap"], ...] = ARMS
+    seeds: tuple[int, ...] = (1, 2, 3, 4, 5)
+    rounds: int = 30
+    """how many times the targets are drawn"""
+    steps_per_round: int = 300
+    """K: optimizer steps between two draws of the targets"""
+    num_inputs: int = 2048
+    """size of the fixed input set"""
+    input_dim: int = 32
+    hidden: tuple[int, ...] = (128, 128, 128)
+    """hidden widths of the fitted MLP"""
+    classes: int = 10
+    """labels: number of classes"""
+    outputs: int = 1
+    """teacher: number of regression outputs"""
+    teacher_width: int = 64
+    """teacher: hidden width of the random teacher network"""
+    batch_size: int = 128
+    lr: float = 1e-3
+    """Adam's learning rate, constant"""
+    window: int = 5
+    """rounds averaged at the start and at the end for summary.csv"""
+    n_boot: int = 10_000
+    """bootstrap resamples for the intervals"""
+    threads: int = 1
+    """torch threads"""
+    out: Path = field(default=REPO / "results" / "nap_plasticity")
+    plot: bool = True
+
+
+def make_inputs(args: Args, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(args.num_inputs, args.input_dim, generator=gen)
+
+
+def make_targets(args: Args, task: str, inputs: torch.Tensor, seed: int, round_: int) -> torch.Tensor:
+    """The targets of one round: a function of (seed, round) only, so every arm sees the same sequence."""
+    gen = torch.Generator().manual_seed(1_000_003 * seed + round_)
+    if task == "labels":
+        return torch.randint(args.classes, (args.num_inputs,), generator=gen)
+    w1 = torch.randn(args.input_dim, args.teacher_width, generator=gen) / math.sqrt(args.input_dim)
+    b1 = torch.randn(args.teacher_width, generator=gen)
+    w2 = torch.randn(args.teacher_width, args.outputs, generator=gen) / math.sqrt(args.teacher_width)
+    y = torch.tanh(inputs @ w1 + b1) @ w2
+    return (y - y.mean(0)) / y.std(0).clamp_min(1e-8)
+
+
+def make_model(args: Args, task: str, arm: str, seed: int) -> tuple[nn.Sequential, NormProjector | None]:
+    torch.manual_seed(seed)  # LayerNorm adds no random parameters: every arm starts from the same linear weights
+    out_dim = args.classes if task == "labels" else args.outputs
+    model = mlp(args.input_dim, args.hidden, out_dim, activation=nn.ReLU, layer_norm=arm != "plain")
+    projector = NormProjector(model, [model[-1]]) if arm == "nap" else None
+    return model, projector
+
+
+def loss_fn(task: str, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    if task == "labels":
+        return nn.functional.cross_entropy(pred, target)
+    return nn.functional.mse_loss(pred, target)
+
+
+@torch.no_grad()
+def measure(task: str, model: nn.Sequential, inputs: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+    """Loss and accuracy over the whole set, weight norms (hidden mean, output layer), fraction of dead hidden units."""
+    h = inputs
+    dead, units, norms = 0, 0, []
+    for layer in model:
+        h = layer(h)
+        if isinstance(layer, nn.ReLU):
+            alive = (h > 0).any(0)
+            dead += int((~alive).sum())
+            units += alive.numel()
+    for layer in list(model)[:-1]:
+        if isinstance(layer, nn.Linear):
+            norms.append(float(layer.weight.norm()))
+    loss = float(loss_fn(task, h, targets))
+    accuracy = float((h.argmax(1) == targets).float().mean()) if task == "labels" else float("nan")
+    return {
+        "loss": loss,
+        "accuracy": accuracy,
+        "weight_norm": float(np.mean(norms)),
+        "output_norm": float(model[-1].weight.norm()),
+        "dead_fraction": dead / units,
+    }
+
+
+def run_one(args: Args, task: str, arm: str, seed: int) -> list[dict]:
+    inputs = make_inputs(args, seed)
+    model, projector = make_model(args, task, arm, seed)
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    batches = torch.Generator().manual_seed(seed)
+    rows = []
+    for round_ in range(args.rounds):
+        targets = make_targets(args, task, inputs, seed, round_)
+        start = time.perf_counter()
+        for _ in range(args.steps_per_round):
+            idx = torch.randint(args.num_inputs, (args.batch_size,), generator=batches)
+            loss = loss_fn(task, model(inputs[idx]), targets[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if projector is not None:
+                projector.project()
+        row = {"task": task, "arm": arm, "seed": seed, "round": round_ + 1}
+        row.update(measure(task, model, inputs, targets))
+        row["seconds"] = time.perf_counter() - start
+        rows.append(row)
+    return rows
+
+
+def summarize(rows: list[dict], window: int, n_boot: int) -> list[dict]:
+    out = []
+    for task in dict.fromkeys(r["task"] for r in rows):
+        for arm in dict.fromkeys(r["arm"] for r in rows if r["task"] == task):
+            mine = [r for r in rows if r["task"] == task and r["arm"] == arm]
+            seeds = sorted({r["seed"] for r in mine})
+            rounds = max(r["round"] for r in mine)
+            w = min(window, rounds)
+            first, last = [], []
+            for seed in seeds:
+                loss = {r["round"]: r["loss"] for r in mine if r["seed"] == seed}
+                first.append(np.mean([loss[i] for i in range(1, w + 1)]))
+                last.append(np.mean([loss[i] for i in range(rounds - w + 1, rounds + 1)]))
+            first_a, last_a = np.array(first), np.array(last)
+            row: dict = {"task": task, "arm": arm, "n_seeds": len(seeds), "window": w}
+            for name, values in (("first", first_a), ("last", last_a), ("change", last_a - first_a)):
+                low, high = bootstrap_ci(values, "mean", 0.95, n_boot) if len(values) > 1 else (math.nan, math.nan)
+                key = "change" if name == "change" else f"{name}_loss"
+                row[key], row[f"{name}_low"], row[f"{name}_high"] = float(values.mean()), low, high
+            row["interval"] = f"95% percentile bootstrap over seeds (rliable, {n_boot} resamples), n={len(seeds)}"
+            out.append(row)
+    return out
+
+
+def write_csv(path: Path, rows: list[dict], fields: tuple[str, ...]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+
+
+def read_rounds(path: Path) -> list[dict]:
+    with path.open() as f:
+        return [
+            {k: (v if k in ("task", "arm") else int(v) if k in ("seed", "round") else float(v)) for k, v in row.items()}
+            for row in csv.DictReader(f)
+        ]
+
+
+COLORS = {"plain": "tab:red", "layernorm": "tab:blue", "nap": "tab:green"}
+LABELS = {"plain": "plain MLP", "layernorm": "MLP + LayerNorm", "nap": "NaP (LayerNorm + projection)"}
+
+
+def plot(rows: list[dict], args_dict: dict, path: Path, n_boot: int = 2000) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6.0 * len(tasks), 4.4), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        n_seeds = 0
+        for arm in dict.fromkeys(r["arm"] for r in rows if r["task"] == task):
+            mine = [r for r in rows if r["task"] == task and r["arm"] == arm]
+            seeds = sorted({r["seed"] for r in mine})
+            rounds = sorted({r["round"] for r in mine})
+            by_key = {(r["seed"], r["round"]): r["loss"] for r in mine}
+            loss = np.array([[by_key[s, i] for i in rounds] for s in seeds])
+            mean = loss.mean(0)
+            band = None
+            if len(seeds) > 1:
+                band = np.array([bootstrap_ci(loss[:, j], "mean", 0.95, n_boot) for j in range(len(rounds))])
+            ax.plot(rounds, mean, color=COLORS[arm], label=f"{LABELS[arm]} (n={len(seeds)})")
+            if band is not None:
+                ax.fill_between(rounds, band[:, 0], band[:, 1], color=COLORS[arm], alpha=0.2, linewidth=0)
+            n_seeds = max(n_seeds, len(seeds))
+        if task == "labels":
+            chance = math.log(args_dict["classes"])
+            title = f"random labels ({args_dict['classes']} classes), cross-entropy"
+        else:
+            chance = 1.0
+            title = "random teacher targets (standardized), squared error"
+        ax.axhline(chance, color="gray", linestyle=":", linewidth=1)
+        ax.text(rounds[0], chance, " constant guess", color="gray", va="bottom", fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel(f"round (targets re-drawn every {args_dict['steps_per_round']} Adam steps)")
+        ax.set_ylabel("loss on the whole set at the end of the round")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left")
+    hidden = "x".join(str(h) for h in args_dict["hidden"])
+    fig.suptitle(
+        f"MLP {args_dict['input_dim']}-{hidden}, ReLU, {args_dict['num_inputs']} fixed inputs, Adam lr {args_dict['lr']:g} "
+        f"(constant), batch {args_dict['batch_size']}: mean over seeds, band = 95% percentile bootstrap over seeds",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(args: Args) -> None:
+    torch.set_num_threads(args.threads)
+    args.out.mkdir(parents=True, exist_ok=True)
+    args_dict = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()}
+    (args.out / "args.json").write_text(json.dumps(args_dict, indent=2) + "\n")
+    provenance = describe(REPO)
+    provenance["torch_threads"] = torch.get_num_threads()
+    (args.out / "provenance.json").write_text(json.dumps(provenance, indent=2) + "\n")
+    rows: list[dict] = []
+    for task in args.tasks:
+        for seed in args.seeds:
+            for arm in args.arms:
+                start = time.perf_counter()
+                rows += run_one(args, task, arm, seed)
+                last = rows[-1]
+                print(
+                    f"{task} {arm} seed {seed}: round {last['round']} loss {last['loss']:.4f} "
+                    f"({time.perf_counter() - start:.1f} s)",
+                    flush=True,
+                )
+                write_csv(args.out / "rounds.csv", rows, ROUND_FIELDS)
+    summary = summarize(rows, args.window, args.n_boot)
+    write_csv(args.out / "summary.csv", summary, SUMMARY_FIELDS)
+    for row in summary:
+        print(
+            f"{row['task']:8s} {row['arm']:10s}"
+            f"  first {row['first_loss']:.3f} [{row['first_low']:.3f}, {row['first_high']:.3f}]"
+            f"  last {row['last_loss']:.3f} [{row['last_low']:.3f}, {row['last_high']:.3f}]"
+            f"  change {row['change']:+.3f} [{row['change_low']:+.3f}, {row['change_high']:+.3f}]"
+        )
+    if args.plot:
+        plot(read_rounds(args.out / "rounds.csv"), args_dict, args.out / "plots" / "plasticity.png")
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
