@@ -10,9 +10,13 @@ unprivileged user namespaces allowed, libseccomp installed):
    (which also caps the captured output), open files, no core dumps, ``RLIMIT_NPROC = 0``.
 3. **Credentials.** A root caller first becomes ``nobody``: ordinary file permissions apply.
 4. **Namespaces** (a user namespace, so no privilege is needed): a network namespace with only
-   a loopback that is down, a private mount namespace with a size-capped tmpfs as the work
-   directory, a PID namespace in which the code is process 1 and alone, with a fresh ``/proc``,
-   and IPC and UTS namespaces. Every capability is dropped once they are set up.
+   a loopback that is down; a mount namespace whose root (``pivot_root``, the host's root
+   detached) is a read-only tmpfs holding only the allowed trees, bound read-only at their own
+   paths, ``/dev/null`` and a size-capped tmpfs as the work directory, so that every other path
+   does not exist for the code, for the calls Landlock does not check too (``stat``, ``access``,
+   ``readlink``, extended attributes, inotify); a PID namespace in which the code is process 1
+   and alone, with no ``/proc``; and IPC and UTS namespaces. Every capability is dropped once
+   they are set up.
 5. **Landlock** (filesystem rules that no later code can lift): the Python installation and the
    shared libraries are readable, the work directory is the one writable (and readable) place,
    ``/dev/null`` is usable; nothing else can be opened, created, linked or removed. This holds
@@ -21,10 +25,17 @@ unprivileged user namespaces allowed, libseccomp installed):
 6. **seccomp-bpf** under ``no_new_privs`` (``pyseccomp``, bindings to libseccomp): the system
    calls that create processes or threads (``fork``, ``clone``, ``clone3``, ``execve``...),
    send signals (``kill``, ``tgkill``, ``pidfd_*``...), make sockets, change namespaces or
-   mounts, trace or read other processes, load kernel code (``bpf``, modules) or bypass the
-   filter (``io_uring``) fail with ``EPERM``.
-7. **An audit hook** in the interpreter (``sys.addaudithook``), which only turns refusals into
-   readable errors before the kernel is asked; code can remove it, and nothing depends on it.
+   mounts, trace or read other processes, load kernel code (``bpf``, modules), bypass the
+   filter (``io_uring``), hold memory outside ``RLIMIT_AS`` (``memfd_create``, System V IPC),
+   watch files (inotify) or edit x86 segment descriptors (``modify_ldt``) fail with ``EPERM``;
+   reading extended attributes fails with ``ENOTSUP``.
+7. **An audit hook** in the interpreter (``sys.addaudithook``): a convenience, not a boundary.
+   It turns refusals into readable errors before the kernel is asked. Code can disable it (for
+   example by reaching ctypes through a module that imported it, then rewriting the hook's code
+   object); the runner removes the modules it used itself (ctypes and its submodules, pyseccomp,
+   landlock) from ``sys.modules``, but a preloaded module may hold ctypes too. The boundary is the
+   kernel's: seccomp, Landlock, the namespaces and the resource limits, which the tests show
+   holding with the hook off.
 
 ``PythonSandbox`` checks the layers once per interpreter (a probe run) and refuses to start,
 naming each missing layer and its fix, unless the caller accepts weaker isolation explicitly
@@ -46,6 +57,7 @@ import glob
 import importlib.util
 import json
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -110,8 +122,9 @@ class SandboxLimits:
         preload: Modules imported before the sandbox closes. Any module of the Python installation
             can be imported later too, except when the caller is root: the code runs as
             ``nobody``, who may be unable to read an installation under ``/root``.
-        audit_hook: Install the interpreter-level hook that explains refusals. Turn off only to
-            show that the kernel layers hold on their own (the tests do).
+        audit_hook: Install the interpreter-level hook that explains refusals in plain words.
+            A convenience, not a boundary: code can disable it, and the kernel layers enforce
+            every rule without it. Turn off only to show that they hold on their own (the tests do).
         allow_missing_layers: Layers (of ``namespaces``, ``landlock``, ``seccomp``) the caller
             accepts to run without when the kernel lacks them. Empty (the default): a missing
             layer makes ``PythonSandbox`` refuse to start. Naming a layer here weakens the
@@ -210,15 +223,23 @@ for name in config["preload"]:
 import ctypes.util
 _libraries = config["libraries"]
 ctypes.util.find_library = lambda name, _find=ctypes.util.find_library: _libraries.get(name) or _find(name)
+def import_failed(name, error):  # the package is missing or unreadable: no statement about the kernel
+    return f"cannot import {name}: {type(error).__name__}: {error}"
 try:
     import pyseccomp
+except ImportError as error:
+    pyseccomp, seccomp_error = None, import_failed("pyseccomp", error)
 except Exception as error:
     pyseccomp, seccomp_error = None, f"pyseccomp unusable: {error}"
 try:
     import landlock
-    landlock_error = None if landlock.landlock_abi_version() >= 1 else "no Landlock ABI"
-except Exception as error:
-    landlock, landlock_error = None, f"{type(error).__name__}: {error}"
+except ImportError as error:
+    landlock, landlock_error = None, import_failed("landlock", error)
+else:
+    try:
+        landlock_error = None if landlock.landlock_abi_version() >= 1 else "no Landlock ABI"
+    except Exception as error:
+        landlock, landlock_error = None, f"{type(error).__name__}: {error}"
 libc = ctypes.CDLL(None, use_errno=True)
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 1, 24, 47, 4
 
@@ -226,6 +247,51 @@ def checked(result, what):
     if result != 0:
         number = ctypes.get_errno()
         raise OSError(number, f"{what}: {os.strerror(number)}")
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
+                ("userns_fd", ctypes.c_uint64)]
+
+def build_root(trees, tmpfs_bytes):
+    # The code's root is a read-only tmpfs holding only the allowed trees, each bound read-only at
+    # its own path, /dev/null and the work tmpfs. Any other path does not exist for it: stat,
+    # access, readlink, extended attributes and inotify, which Landlock does not check, find nothing.
+    numbers = config["syscall_numbers"]
+    if numbers is None:
+        raise OSError(errno.ENOSYS, f"pivot_root and mount_setattr numbers unknown on {os.uname().machine}")
+    MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE, MNT_DETACH = 2, 4, 4096, 16384, 1 << 18, 2
+    MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, AT_RECURSIVE, AT_FDCWD = 1, 2, 0x8000, ctypes.c_long(-100)
+    def set_attributes(path, attributes, flags):
+        attr = _MountAttr(attributes, 0, 0, 0)
+        result = libc.syscall(numbers["mount_setattr"], AT_FDCWD, path, flags, ctypes.byref(attr), ctypes.sizeof(attr))
+        checked(result, f"making {path!r} read-only")
+    def mount_point(path, directory):
+        target = root + path
+        os.makedirs(target if directory else os.path.dirname(target), exist_ok=True)
+        if not directory:
+            os.close(os.open(target, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
+        return target.encode()
+    checked(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "making mounts private")
+    root = work  # an empty mount point once main.py, read above, is covered
+    options = f"size=1m,mode=0755,uid={uid},gid={gid}".encode()
+    checked(libc.mount(b"tmpfs", root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options), "mounting the new root")
+    for path, link in trees["links"]:  # e.g. /lib -> usr/lib: the link, its target bound below
+        os.makedirs(os.path.dirname(root + path), exist_ok=True)
+        os.symlink(link, root + path)
+    for path in trees["binds"]:
+        if not os.path.exists(path):
+            continue  # out of this user's reach (a root caller's Python under /root): only the preloaded modules
+        target = mount_point(path, os.path.isdir(path))
+        checked(libc.mount(path.encode(), target, None, MS_BIND | MS_REC, None), f"binding {path!r}")
+        set_attributes(target, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, AT_RECURSIVE)
+    checked(libc.mount(b"/dev/null", mount_point("/dev/null", False), None, MS_BIND, None), "binding /dev/null")
+    options = f"size={tmpfs_bytes},mode=0700,uid={uid},gid={gid}".encode()
+    checked(libc.mount(b"tmpfs", mount_point(work, True), b"tmpfs", MS_NOSUID | MS_NODEV, options), "mounting the work tmpfs")
+    set_attributes(root.encode(), MOUNT_ATTR_RDONLY, 0)  # the root itself: no file outside the work directory
+    os.chdir(root)
+    checked(libc.syscall(numbers["pivot_root"], b".", b"."), "pivot_root")  # the host's root now lies over the new one
+    checked(libc.umount2(b".", MNT_DETACH), "detaching the host's root")
+    os.chdir(work)
 
 host = os.getppid()
 if os.geteuid() == 0:  # root ignores file permissions and owns most host files: become nobody first
@@ -263,12 +329,7 @@ if namespaces:
         os._exit(os.waitstatus_to_exitcode(wait_status))
     checked(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
     try:
-        MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
-        checked(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "making mounts private")
-        checked(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mounting a fresh /proc")
-        options = f"size={config['tmpfs_bytes']},mode=0700,uid={uid},gid={gid}".encode()
-        checked(libc.mount(b"tmpfs", work.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options), "mounting the work tmpfs")
-        os.chdir(work)
+        build_root(config["root_trees"], config["tmpfs_bytes"])
     except OSError as error:
         layer_missing("namespaces", error)
 
@@ -287,7 +348,7 @@ else:
         ctypes.set_errno(0)  # the package reads errno to detect failure
         ruleset = landlock.Ruleset()  # handles every access right this kernel knows: all denied unless allowed
         read = FS.READ_FILE | FS.READ_DIR
-        for path in config["read_roots"]:
+        for path in config["root_trees"]["binds"]:
             if os.path.isdir(path):
                 ruleset.allow(path, rules=read & ruleset.restrict_rules)
             elif os.path.exists(path):
@@ -316,11 +377,15 @@ if pyseccomp is None:
 else:
     try:
         seccomp = pyseccomp.SyscallFilter(defaction=pyseccomp.ALLOW)
-        for name in config["denied_syscalls"]:
-            try:
-                seccomp.add_rule(pyseccomp.ERRNO(errno.EPERM), name)
-            except Exception:
-                pass  # a system call this architecture or libseccomp does not have
+        newer = config["newer_syscalls"]
+        for answer, names in ((errno.EPERM, config["denied_syscalls"]), (errno.ENOTSUP, config["unsupported_syscalls"])):
+            for name in names:
+                number = pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, name)
+                if number < 0:
+                    number = newer.get(name, -1)  # newer than this libseccomp: by number, where known
+                if number < 0:
+                    continue  # a system call this architecture does not have
+                seccomp.add_rule(pyseccomp.ERRNO(answer), number)
         seccomp.load()  # under no_new_privs (libseccomp sets it)
         del seccomp  # frees libseccomp's copy now (the kernel keeps the filter), not in an atexit finalizer
     except Exception as error:
@@ -330,10 +395,11 @@ status.write("ready\n")
 status.close()
 if config["probe"]:
     os._exit(0)
-for name in ("gc", "ctypes", "_ctypes", "ctypes.util", "_posixsubprocess", "pyseccomp", "landlock", "landlock.plumbing",
-             "landlock.porcelain"):
-    if config["audit_hook"] and name not in config["preload"]:
-        sys.modules.pop(name, None)  # an import served from sys.modules raises no audit event
+_runner_only = ("gc", "ctypes", "_ctypes", "_posixsubprocess", "pyseccomp", "landlock")
+for name in list(sys.modules):  # an import served from sys.modules raises no audit event
+    top = name.partition(".")[0]
+    if config["audit_hook"] and top in _runner_only and top not in config["preload"]:
+        del sys.modules[name]  # submodules too: ctypes._endian holds all of ctypes' names
 
 def _install(work, read_roots, isinstance=isinstance, any=any, str=str, tuple=tuple, PermissionError=PermissionError,
              ImportError=ImportError, Exception=Exception):
@@ -388,7 +454,8 @@ def _install(work, read_roots, isinstance=isinstance, any=any, str=str, tuple=tu
 
 if config["audit_hook"]:
     _install(work, config["read_roots"])
-for name in ("_install", "limit", "config", "status", "libc", "checked", "pyseccomp", "landlock", "ctypes"):
+for name in ("_install", "limit", "config", "status", "libc", "checked", "pyseccomp", "landlock", "ctypes", "build_root",
+             "_MountAttr", "_Header", "_Data", "import_failed"):
     globals().pop(name, None)
 sys.argv = ["main.py"]
 exec(compile(code, "main.py", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
@@ -398,7 +465,10 @@ exec(compile(code, "main.py", "exec"), {"__name__": "__main__", "__builtins__": 
 # sockets, namespaces and mounts, other processes' memory, kernel code and key stores, io_uring
 # (whose operations seccomp cannot see), device nodes and FIFOs, file handles (which bypass path
 # checks), metadata changes (modes, owners, times, extended attributes: Landlock does not cover
-# them), sessions and process groups (leaving the group the host kills), time and host names.
+# them), sessions and process groups (leaving the group the host kills), time and host names,
+# x86 segment descriptors (modify_ldt), memory that RLIMIT_AS does not count (memfd pages are
+# counted only while mapped; System V segments and queues outlive their mappings), and watching
+# files (inotify, fanotify).
 DENIED_SYSCALLS = (
     "fork", "vfork", "clone", "clone3", "execve", "execveat",
     "kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open", "pidfd_send_signal",
@@ -416,7 +486,24 @@ DENIED_SYSCALLS = (
     "setsid", "setpgid",
     "personality", "syslog", "iopl", "ioperm", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
     "sethostname", "setdomainname", "vhangup", "uselib", "lookup_dcookie", "nfsservctl",
+    "modify_ldt",
+    "memfd_create", "memfd_secret", "shmget", "shmat", "shmdt", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl",
+    "semget", "semop", "semtimedop", "semctl", "ipc",
+    "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark",
+    "setxattrat", "removexattrat", "file_setattr",
 )  # fmt: skip
+# ENOTSUP for reading extended attributes, as a filesystem without them answers (shutil.copy2
+# and copystat expect that). The mount namespace already hides every file outside the allowed
+# trees; this keeps attribute values out of reach where the caller accepted running without it.
+UNSUPPORTED_SYSCALLS = ("getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr", "getxattrat",
+                        "listxattrat")  # fmt: skip
+# Calls newer than some libseccomp releases, by number: the same on x86_64 and the
+# asm-generic table (aarch64, riscv64) for every call added since Linux 5.1.
+NEWER_SYSCALLS = {"setxattrat": 463, "getxattrat": 464, "listxattrat": 465, "removexattrat": 466, "file_setattr": 469}
+UNIFIED_SYSCALL_TABLES = ("x86_64", "aarch64", "riscv64")
+# What building the code's root calls, by number (glibc has no pivot_root wrapper).
+ROOT_SYSCALLS = {"x86_64": {"pivot_root": 155, "mount_setattr": 442}, "aarch64": {"pivot_root": 41, "mount_setattr": 442},
+                 "riscv64": {"pivot_root": 41, "mount_setattr": 442}}  # fmt: skip
 # Shared libraries that extension modules load lazily (read-only, like the installation).
 LIBRARY_PATHS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache", "/dev/urandom")
 
@@ -436,6 +523,24 @@ def _python_installation(python: str) -> tuple[str, ...]:
         if os.path.exists(real) and real not in roots:
             roots.append(real)
     return tuple(roots)
+
+
+def _root_trees(read_roots: tuple[str, ...]) -> dict[str, list]:
+    """What the code's root holds: ``binds``, the real paths of the readable trees and files,
+    each once (a tree inside another comes with it), and ``links``, ``(path, target)`` for a root
+    that is itself a symbolic link (``/lib -> usr/lib``) in a directory that is not one."""
+    real_paths, links = [], []
+    for path in read_roots:
+        if os.path.islink(path) and os.path.realpath(os.path.dirname(path)) == os.path.dirname(path):
+            links.append((path, os.readlink(path)))
+        real = os.path.realpath(path)
+        if os.path.exists(real):
+            real_paths.append(real)
+    binds: list[str] = []
+    for path in sorted(set(real_paths)):  # a parent sorts before its children
+        if not any(path.startswith(tree.rstrip("/") + "/") for tree in binds):
+            binds.append(path)
+    return {"binds": binds, "links": links}
 
 
 @functools.lru_cache(maxsize=1)
@@ -527,6 +632,7 @@ class PythonSandbox:
         self.python = python or sys.executable
         self.is_root = os.geteuid() == 0
         self.read_roots = _python_installation(self.python) + LIBRARY_PATHS
+        self.root_trees = _root_trees(self.read_roots)
         remove_stale_directories()
         self.directory = tempfile.mkdtemp(prefix=TEMP_PREFIX)
         os.chmod(self.directory, 0o711)  # nobody (a root caller's code) may traverse, not list
@@ -560,11 +666,17 @@ class PythonSandbox:
         if verdict == "refused":
             lines = []
             for reason in detail:
-                layer = reason[len("failed ") :].partition(":")[0] if reason.startswith("failed ") else ""
+                layer, _, why = reason[len("failed ") :].partition(": ") if reason.startswith("failed ") else ("", "", "")
                 fix = LAYER_FIXES.get(layer)
+                if why.startswith("cannot import"):  # the interpreter, not the kernel
+                    fix = (
+                        f"make it importable by {self.python} (the sandbox's interpreter) as uid {os.geteuid()}: "
+                        "install the sandbox's packages in it (pip install -e '.[sandbox]'), and let this user "
+                        "read its installation and site-packages"
+                    )
                 lines.append(f"  {reason}" + (f"\n    fix: {fix}" if fix else ""))
             raise SandboxUnavailableError(
-                "The python-tool sandbox cannot start: the kernel lacks a layer it needs.\n"
+                "The python-tool sandbox cannot start: a layer it needs is unavailable.\n"
                 + "\n".join(lines)
                 + "\nTo run with weaker isolation anyway (see the threat model in docs/text_envs.md), pass "
                 "SandboxLimits(allow_missing_layers=(...)) naming the missing layers."
@@ -626,7 +738,11 @@ class PythonSandbox:
                 "audit_hook": limits.audit_hook,
                 "allow_missing": list(limits.allow_missing_layers),
                 "read_roots": list(self.read_roots),
+                "root_trees": self.root_trees,
                 "denied_syscalls": list(DENIED_SYSCALLS),
+                "unsupported_syscalls": list(UNSUPPORTED_SYSCALLS),
+                "newer_syscalls": NEWER_SYSCALLS if platform.machine() in UNIFIED_SYSCALL_TABLES else {},
+                "syscall_numbers": ROOT_SYSCALLS.get(platform.machine()),
                 "libraries": _libraries(),
             }
             output_path = os.path.join(private, "output.txt")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import sys
 
 PRELUDE = """
@@ -59,7 +60,13 @@ attempt("chmod a host file", lambda: os.chmod(V + "/secret.txt", 0o777))
 attempt("list the user's directory", lambda: os.listdir(V))
 """,
     "dir_fd_and_symlinks": """
-victim_fd, root_fd = os.open(V, os.O_PATH), os.open("/", os.O_PATH)  # O_PATH opens need no access right
+def path_descriptor(path):  # O_PATH opens need no access right; a path hidden from the code gives none
+    try:
+        return os.open(path, os.O_PATH)
+    except OSError as error:
+        print("no descriptor of", path, error)
+        return -1
+victim_fd, root_fd = path_descriptor(V), path_descriptor("/")
 attempt("open relative to an O_PATH descriptor", lambda: os.read(os.open("secret.txt", os.O_RDONLY, dir_fd=victim_fd), 99))
 attempt("open relative to a descriptor of /", lambda: os.open(V.lstrip("/") + "/secret.txt", os.O_RDONLY, dir_fd=root_fd))
 attempt("create relative to a descriptor", lambda: os.open("dirfd.txt", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=victim_fd))
@@ -81,6 +88,25 @@ def read_host_database():
     database = sqlite3.connect("file:" + V + "/host.sqlite?mode=ro", uri=True)
     return database.execute("select * from secrets").fetchall()
 attempt("read a host SQLite database", read_host_database)
+""",
+    "metadata_reads": """
+# Calls that Landlock does not check: they must find nothing of the host to read.
+attempt("stat a host file (existence, size, times)", lambda: os.stat(V + "/secret.txt").st_size)
+attempt("lstat a host symlink", lambda: os.lstat(V + "/host-link").st_mtime)
+attempt("stat a world-readable system file", lambda: os.stat("/etc/hostname").st_size)
+attempt("test a host path with access()", lambda: raw(libc.access, (V + "/secret.txt").encode(), 0))
+attempt("read a host file's extended attribute", lambda: os.getxattr(V + "/secret.txt", "user.secret"))
+attempt("list a host file's extended attributes", lambda: os.listxattr(V + "/secret.txt"))
+attempt("read a host symlink's target", lambda: os.readlink(V + "/host-link"))
+def watch_host_directory():
+    inotify = raw(libc.inotify_init1, 0)
+    return raw(libc.inotify_add_watch, inotify, V.encode(), 0x100)  # IN_CREATE: names of new files
+attempt("watch the user's directory with inotify", watch_host_directory)
+""",
+    "memory_outside_rlimit_as": """
+attempt("memfd_create (its pages are not in RLIMIT_AS)", lambda: os.memfd_create("hoard"))
+attempt("System V shared memory", lambda: raw(libc.shmget, 0, 1 << 20, 0o1600))
+attempt("System V message queue", lambda: raw(libc.msgget, 0, 0o1600))
 """,
     "proc": """
 attempt("list /proc", lambda: os.listdir("/proc"))
@@ -148,6 +174,11 @@ attempt("write a host file after replacing builtins", lambda: open(V + "/tampere
 attempt("import ctypes after replacing builtins", lambda: raw(ctypes.CDLL(None, use_errno=True).kill, {host_pid}, 9))
 """,
 }
+if platform.machine() == "x86_64":
+    # modify_ldt widens the kernel surface (segment descriptors); x86 only. Read the table (func 0).
+    ATTACKS["x86_ldt"] = """
+attempt("modify_ldt", lambda: raw(libc.syscall, 154, 0, ctypes.create_string_buffer(64), 64))
+"""
 PRELOAD = ("os", "signal", "socket", "encodings.idna", "sqlite3", "subprocess", "threading", "ctypes", "_posixsubprocess")
 
 

@@ -6,6 +6,7 @@ attack suite at the end turns it off and runs as an unprivileged user and as roo
 kernel layers alone are shown to hold.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -178,6 +179,24 @@ def test_ctypes_is_refused(env):
     assert "not allowed" in output
 
 
+def test_ctypes_is_not_left_in_sys_modules(env):
+    # ctypes' submodules hold its names (ctypes._endian imports *): none stays for the code to find.
+    code = "import sys\nprint(sorted(m for m in sys.modules if 'ctypes' in m or m.startswith(('pyseccomp', 'landlock'))))"
+    assert run_attack_then_solve(env, code) == "[]"
+
+
+def test_memory_outside_the_address_space_limit_is_refused(env):
+    # A memfd's pages count against RLIMIT_AS only while mapped: 8 MiB (RLIMIT_FSIZE) per descriptor
+    # would add hundreds of MiB beyond the limit.
+    code = (
+        "import os\nhoarded = 0\ntry:\n    for _ in range(40):\n        fd = os.memfd_create('hoard')\n"
+        "        os.write(fd, b'x' * (4 << 20))\n        hoarded += 4\nexcept OSError as error:\n    print(error)\n"
+        "print('hoarded', hoarded, 'MiB')"
+    )
+    output = run_attack_then_solve(env, code)
+    assert output.endswith("hoarded 0 MiB") and "Operation not permitted" in output
+
+
 def test_answer_extraction():
     assert extract_answer("so \\boxed{1,234.5}") == 1234.5
     assert extract_answer("<answer> 7 </answer>") == 7.0
@@ -257,6 +276,9 @@ def test_a_missing_layer_refuses_to_start_unless_explicitly_accepted(tmp_path):
         PythonSandbox(SandboxLimits(preload=()), python=str(wrapper))
     message = str(refused.value)
     assert "failed landlock" in message and "allow_missing_layers" in message and "fix:" in message
+    # The failure is an import, not the kernel: the message says so, with the interpreter's own error.
+    assert "cannot import" in message and "No module named 'landlock'" in message and str(wrapper) in message
+    assert "Linux 5.13" not in message
     weak = PythonSandbox(SandboxLimits(preload=(), allow_missing_layers=("landlock", "seccomp")), python=str(wrapper))
     assert set(weak.missing_layers) == {"landlock", "seccomp"}
     assert weak.run("print(6 * 7)").output.strip() == "42"
@@ -370,6 +392,9 @@ def attack_run(request):
     victim = tempfile.mkdtemp(prefix="sandbox-victim-")  # a directory the code's uid owns: only Landlock guards it
     os.chmod(victim, 0o755)
     (Path(victim) / "secret.txt").write_text("TOPSECRET-42")
+    # On a filesystem without user attributes the probe shows only that the file is out of reach.
+    with contextlib.suppress(OSError):
+        os.setxattr(Path(victim) / "secret.txt", "user.secret", b"TOPSECRET-42")
     os.symlink(Path(victim) / "secret.txt", Path(victim) / "host-link")
     os.mkfifo(Path(victim) / "host-fifo", 0o666)
     with sqlite3.connect(Path(victim) / "host.sqlite") as db:
