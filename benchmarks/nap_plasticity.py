@@ -40,6 +40,9 @@ Writes to ``--out``:
   with a 95% percentile-bootstrap interval over seeds (rliable, via ``cleanrl_style.plot``);
 - ``args.json``, ``provenance.json`` (``cleanrl_style.provenance.describe``: date, commit, CPU
   model, cores, load, package versions) and ``plots/plasticity.png``.
+
+``--replot`` rewrites ``summary.csv`` and the figure from an existing ``rounds.csv``. No interval
+is given under 5 seeds (``cleanrl_style.plot.MIN_SEEDS_FOR_CI``).
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ sys.path.insert(0, str(REPO))
 
 from cleanrl_style.layers import mlp  # noqa: E402
 from cleanrl_style.nap import NormProjector  # noqa: E402
-from cleanrl_style.plot import bootstrap_ci  # noqa: E402
+from cleanrl_style.plot import MIN_SEEDS_FOR_CI, bootstrap_ci, interval_method  # noqa: E402
 from cleanrl_style.provenance import describe  # noqa: E402
 
 ARMS = ("plain", "layernorm", "nap")
@@ -130,6 +133,8 @@ class Args:
     """torch threads"""
     out: Path = field(default=REPO / "results" / "nap_plasticity")
     plot: bool = True
+    replot: bool = False
+    """train nothing: rewrite summary.csv and the figure from ``--out``'s rounds.csv and args.json"""
 
 
 def make_inputs(args: Args, seed: int) -> torch.Tensor:
@@ -228,10 +233,12 @@ def summarize(rows: list[dict], window: int, n_boot: int) -> list[dict]:
             first_a, last_a = np.array(first), np.array(last)
             row: dict = {"task": task, "arm": arm, "n_seeds": len(seeds), "window": w}
             for name, values in (("first", first_a), ("last", last_a), ("change", last_a - first_a)):
-                low, high = bootstrap_ci(values, "mean", 0.95, n_boot) if len(values) > 1 else (math.nan, math.nan)
+                low, high = (math.nan, math.nan)
+                if len(values) >= MIN_SEEDS_FOR_CI:
+                    low, high = bootstrap_ci(values, "mean", 0.95, n_boot)
                 key = "change" if name == "change" else f"{name}_loss"
                 row[key], row[f"{name}_low"], row[f"{name}_high"] = float(values.mean()), low, high
-            row["interval"] = f"95% percentile bootstrap over seeds (rliable, {n_boot} resamples), n={len(seeds)}"
+            row["interval"] = f"{interval_method(len(seeds))} over seeds, {n_boot} resamples, n={len(seeds)}"
             out.append(row)
     return out
 
@@ -256,57 +263,95 @@ COLORS = {"plain": "tab:red", "layernorm": "tab:blue", "nap": "tab:green"}
 LABELS = {"plain": "plain MLP", "layernorm": "MLP + LayerNorm", "nap": "NaP (LayerNorm + projection)"}
 
 
+PANELS = (
+    ("loss", "end-of-round loss on the whole set"),
+    ("weight_norm", "mean hidden weight norm ||W||_F"),
+    ("dead_fraction", "fraction of dead hidden units"),
+)
+
+
 def plot(rows: list[dict], args_dict: dict, path: Path, n_boot: int = 2000) -> None:
+    """One column per task; rows: end-of-round loss (the measure), hidden weight norm, dead units."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     tasks = list(dict.fromkeys(r["task"] for r in rows))
-    fig, axes = plt.subplots(1, len(tasks), figsize=(6.0 * len(tasks), 4.4), squeeze=False)
-    for ax, task in zip(axes[0], tasks):
-        n_seeds = 0
+    fig, axes = plt.subplots(
+        len(PANELS), len(tasks), figsize=(6.2 * len(tasks), 10.5), squeeze=False, sharex=True, height_ratios=(2, 1, 1)
+    )
+    n_all = set()
+    for col, task in enumerate(tasks):
         for arm in dict.fromkeys(r["arm"] for r in rows if r["task"] == task):
             mine = [r for r in rows if r["task"] == task and r["arm"] == arm]
             seeds = sorted({r["seed"] for r in mine})
             rounds = sorted({r["round"] for r in mine})
-            by_key = {(r["seed"], r["round"]): r["loss"] for r in mine}
-            loss = np.array([[by_key[s, i] for i in rounds] for s in seeds])
-            mean = loss.mean(0)
-            band = None
-            if len(seeds) > 1:
-                band = np.array([bootstrap_ci(loss[:, j], "mean", 0.95, n_boot) for j in range(len(rounds))])
-            ax.plot(rounds, mean, color=COLORS[arm], label=f"{LABELS[arm]} (n={len(seeds)})")
-            if band is not None:
-                ax.fill_between(rounds, band[:, 0], band[:, 1], color=COLORS[arm], alpha=0.2, linewidth=0)
-            n_seeds = max(n_seeds, len(seeds))
+            n_all.add(len(seeds))
+            for row, (key, _) in enumerate(PANELS):
+                by_key = {(r["seed"], r["round"]): r[key] for r in mine}
+                values = np.array([[by_key[s, i] for i in rounds] for s in seeds])
+                ax = axes[row, col]
+                label = f"{LABELS[arm]} (n={len(seeds)} seeds)"
+                ax.plot(rounds, values.mean(0), color=COLORS[arm], label=label, linewidth=1.6 if row == 0 else 1.2)
+                if len(seeds) >= MIN_SEEDS_FOR_CI:
+                    band = np.array([bootstrap_ci(values[:, j], "mean", 0.95, n_boot) for j in range(len(rounds))])
+                    ax.fill_between(rounds, band[:, 0], band[:, 1], color=COLORS[arm], alpha=0.2, linewidth=0)
         if task == "labels":
             chance = math.log(args_dict["classes"])
-            title = f"random labels ({args_dict['classes']} classes), cross-entropy"
+            title = f"random labels ({args_dict['classes']} classes, re-drawn each round), cross-entropy"
         else:
             chance = 1.0
-            title = "random teacher targets (standardized), squared error"
-        ax.axhline(chance, color="gray", linestyle=":", linewidth=1)
-        ax.text(rounds[0], chance, " constant guess", color="gray", va="bottom", fontsize=8)
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel(f"round (targets re-drawn every {args_dict['steps_per_round']} Adam steps)")
-        ax.set_ylabel("loss on the whole set at the end of the round")
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left")
+            title = "random-teacher targets (new teacher each round, standardized), squared error"
+        top = axes[0, col]
+        top.axhline(chance, color="gray", linestyle=":", linewidth=1)
+        top.text(1, chance, " loss of a constant guess", color="gray", va="bottom", fontsize=8)
+        top.set_title(title, fontsize=10)
+        top.legend(fontsize=8, loc="lower right")
+        for row, (_, ylabel) in enumerate(PANELS):
+            ax = axes[row, col]
+            ax.set_ylabel(ylabel, fontsize=9)
+            ax.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
+        axes[-1, col].set_xlabel(f"round (targets re-drawn every {args_dict['steps_per_round']} Adam steps)")
     hidden = "x".join(str(h) for h in args_dict["hidden"])
+    n_text = "/".join(str(n) for n in sorted(n_all))
+    band = (
+        f"band: 95% percentile bootstrap CI of the mean over n={n_text} seeds (rliable, {n_boot} resamples)"
+        if min(n_all) >= MIN_SEEDS_FOR_CI
+        else f"no band (n={n_text} < {MIN_SEEDS_FOR_CI} seeds)"
+    )
     fig.suptitle(
-        f"MLP {args_dict['input_dim']}-{hidden}, ReLU, {args_dict['num_inputs']} fixed inputs, Adam lr {args_dict['lr']:g} "
-        f"(constant), batch {args_dict['batch_size']}: mean over seeds, band = 95% percentile bootstrap over seeds",
+        f"ReLU MLP {args_dict['input_dim']}-{hidden}, {args_dict['num_inputs']} fixed Gaussian inputs, "
+        f"Adam lr {args_dict['lr']:g} constant, batch {args_dict['batch_size']}. Lines: mean over seeds; {band}",
         fontsize=9,
     )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
+def report(rows: list[dict], args_dict: dict, out: Path, window: int, n_boot: int, draw: bool) -> None:
+    """summary.csv (printed too) and, with ``draw``, plots/plasticity.png from the rows of rounds.csv."""
+    summary = summarize(rows, window, n_boot)
+    write_csv(out / "summary.csv", summary, SUMMARY_FIELDS)
+    for row in summary:
+        print(
+            f"{row['task']:8s} {row['arm']:10s}"
+            f"  first {row['first_loss']:.3f} [{row['first_low']:.3f}, {row['first_high']:.3f}]"
+            f"  last {row['last_loss']:.3f} [{row['last_low']:.3f}, {row['last_high']:.3f}]"
+            f"  change {row['change']:+.3f} [{row['change_low']:+.3f}, {row['change_high']:+.3f}]"
+        )
+    if draw:
+        plot(rows, args_dict, out / "plots" / "plasticity.png")
+
+
 def main(args: Args) -> None:
+    if args.replot:
+        args_dict = json.loads((args.out / "args.json").read_text())
+        report(read_rounds(args.out / "rounds.csv"), args_dict, args.out, args_dict["window"], args.n_boot, True)
+        return
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
     args_dict = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(args).items()}
@@ -327,17 +372,7 @@ def main(args: Args) -> None:
                     flush=True,
                 )
                 write_csv(args.out / "rounds.csv", rows, ROUND_FIELDS)
-    summary = summarize(rows, args.window, args.n_boot)
-    write_csv(args.out / "summary.csv", summary, SUMMARY_FIELDS)
-    for row in summary:
-        print(
-            f"{row['task']:8s} {row['arm']:10s}"
-            f"  first {row['first_loss']:.3f} [{row['first_low']:.3f}, {row['first_high']:.3f}]"
-            f"  last {row['last_loss']:.3f} [{row['last_low']:.3f}, {row['last_high']:.3f}]"
-            f"  change {row['change']:+.3f} [{row['change_low']:+.3f}, {row['change_high']:+.3f}]"
-        )
-    if args.plot:
-        plot(read_rounds(args.out / "rounds.csv"), args_dict, args.out / "plots" / "plasticity.png")
+    report(read_rounds(args.out / "rounds.csv"), args_dict, args.out, args.window, args.n_boot, args.plot)
 
 
 if __name__ == "__main__":
