@@ -49,7 +49,8 @@ Logged like the suite's agents (``cleanrl_style.run.Run``): ``progress.csv`` wit
 ``losses/action_scale`` (the mean ``S`` the official ``train()`` returns) and ``losses/q_bar`` (its
 running ``Qbar``) every ``--log-every`` steps, and a final deterministic evaluation
 (``eval/return_mean``, ``--eval-episodes`` episodes, no noise, seeds ``seed + 10,000`` on as for the
-agents); ``args.json`` and ``provenance.json`` as for any run. No checkpoints, no resume.
+agents); ``args.json`` and ``provenance.json`` as for any run. At the end, ``official_nets.pt`` holds the
+official networks' state dicts, ``Qbar`` and the reward scale; there are no checkpoints and no resume.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ from cleanrl_style.run import BaseRunArgs  # noqa: E402
 from envs.registry import resolve_env_id  # noqa: E402
 
 PINNED_COMMIT = "1318d66bbd5031ee336ebb6c5156321780abe2d3"
+NETS_NAME = "official_nets.pt"  # the official networks, Qbar and reward scale at the end of the run
 
 
 @dataclass
@@ -201,6 +203,8 @@ def main() -> None:
     env.close()
 
     run.final_evaluation(OfficialPolicy(algo), global_step)
+    nets = {"online": algo.nets.online.state_dict(), "target": algo.nets.target.state_dict()}
+    torch.save({**nets, "q_bar": algo.nets.q_next_ema, "reward_norm": algo.replay_buffer.norm}, run.dir / NETS_NAME)
     run.close()
 
 
