@@ -2,7 +2,14 @@
 
 The tokenizer is SmolLM2's, from the converted cache of ``cleanrl_style.llm.model`` when that
 exists on the machine; otherwise a small byte-level BPE is trained here on the environment's own
-text, with a ChatML template. The model is a 2-layer Llama built from a config.
+text, with a ChatML template. The model is a 2-layer Llama built from a config with a fixed seed.
+
+Its weights are drawn with a standard deviation of 0.3 (transformers' default, 0.02, gives
+near-uniform logits and attention, and an untied head that echoes its input), so the next-token
+distribution depends on each token's position and on content far back: greedy decoding writes
+varied tokens, and a cache that misplaces, unmasks or swaps tokens changes the log-probabilities
+by far more than rounding does (the tests that check the cache rely on this). Grouped-query
+attention (4 query heads, 2 key/value heads) as in SmolLM2.
 """
 
 from __future__ import annotations
@@ -10,6 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+
+INIT_STD = 0.3
 
 CHATML = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
@@ -67,16 +76,17 @@ def build_tiny_model(tokenizer, seed: int = 0):
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=64,
+        intermediate_size=128,
         num_hidden_layers=2,
-        num_attention_heads=2,
+        num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=8192,
+        initializer_range=INIT_STD,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
-        tie_word_embeddings=True,
+        tie_word_embeddings=False,
     )
     return LlamaForCausalLM(config).eval()
 

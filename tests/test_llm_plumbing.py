@@ -133,6 +133,59 @@ def test_cached_multi_turn_generation_equals_uncached_token_for_token(tokenizer,
     assert cached_timing["prefilled_tokens"] < uncached_timing["prefilled_tokens"]
 
 
+def test_each_sampled_tokens_logprob_equals_a_full_pass_over_its_row(tokenizer, tiny):
+    """The cache's bookkeeping, checked where it matters: rows of unequal length, rows that stop while
+    others still decode (holes), a shared first chunk, new turns of unequal length, a dropped row and
+    a temperature; every sampled token's log-probability when it was drawn equals the one the loss
+    computes from its whole row in one pass. A misplaced position, an unmasked hole or logits of
+    another row move it by far more than the 1e-4 of float32 rounding (the model's logits depend on
+    position and content)."""
+    stops = list(range(3, len(tokenizer), 5))  # a fifth of the vocabulary ends a message: rows stop at different steps
+    temperature = 0.8
+    generator = TurnGenerator(
+        tiny, stops, tokenizer.pad_token_id, Sampling(max_new_tokens=10, temperature=temperature), seed=1
+    )
+    system = "<|im_start|>system\nYou are a banker.<|im_end|>\n" * 3
+    questions = ["hi", "what is my balance today?", "send 5 to Bob", "close the savings account and tell me why it fails"]
+    rows = {
+        e: encode(tokenizer, f"{system}<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n")
+        for e, q in enumerate(questions)
+    }
+    sampled: dict[int, dict[int, float]] = {e: {} for e in rows}  # position -> log-prob when drawn
+    lengths = []
+    for turn, episodes in enumerate([[0, 1, 2, 3], [0, 1, 2, 3], [0, 2, 3], [2, 3]]):
+        new = generator.generate(episodes, [rows[e] for e in episodes])
+        lengths.append([len(n) for n in new])
+        for e, tokens, logps in zip(episodes, new, generator.sampled_logprobs):
+            assert len(logps) == len(tokens)
+            sampled[e] |= {len(rows[e]) + j: lp for j, lp in enumerate(logps)}
+            reply = f"<|im_end|>\n<|im_start|>tool\n{'ok ' * (e + turn)}{e}<|im_end|>\n<|im_start|>assistant\n"
+            rows[e] = rows[e] + tokens + encode(tokenizer, reply)
+    assert any(len(set(turn)) > 1 for turn in lengths)  # some rows stopped while others decoded
+    masks = [[j in sampled[e] for j in range(len(rows[e]))] for e in rows]
+    scored = batched_logprobs(tiny, [rows[e] for e in rows], masks, tokenizer.pad_token_id, 4, temperature=temperature)
+    for e in rows:
+        drawn = torch.tensor([sampled[e][j] for j in sorted(sampled[e])])
+        torch.testing.assert_close(drawn, scored[e][sorted(sampled[e])], atol=1e-4, rtol=0)
+
+
+def test_rollouts_at_the_default_precision_are_scored_exactly(tokenizer, tiny, family):
+    """The agents' default flags generate at the training precision, so the loss scores exactly the
+    distribution the tokens were drawn from (its ratio to the sampling policy is taken as 1)."""
+    from cleanrl_style.llm.args import LLMRunArgs
+
+    args = LLMRunArgs(max_new_tokens=8, max_assistant_messages=3)
+    assert args.rollout_settings().precision == args.precision == "fp32"
+    ids = [family.train_ids[0]] * 2 + [family.train_ids[1], family.train_ids[2]]
+    rollouts, _ = collect_rollouts(tiny, tokenizer, family, ids, args.rollout_settings(), seed=4)
+    assert max(len(r.turns) for r in rollouts) >= 2
+    scored = batched_logprobs(tiny, [r.tokens for r in rollouts], [r.policy_mask for r in rollouts], tokenizer.pad_token_id, 4)
+    for r, logp in zip(rollouts, scored):
+        mask = torch.tensor(r.policy_mask)
+        assert len(r.sampling_logprobs) == len(r.tokens) and (torch.tensor(r.sampling_logprobs)[~mask] == 0).all()
+        torch.testing.assert_close(torch.tensor(r.sampling_logprobs)[mask], logp[mask], atol=1e-4, rtol=0)
+
+
 def test_only_new_tokens_are_prefilled_on_the_next_turn(tokenizer, tiny):
     rows = [encode(tokenizer, "<|im_start|>system\nYou are a banker.<|im_end|>\n" * 3 + tail) for tail in ("hi", "hello you")]
     generator = TurnGenerator(tiny, stop_token_ids(tokenizer), tokenizer.pad_token_id, Sampling(max_new_tokens=3, greedy=True))
@@ -271,19 +324,28 @@ def test_gradient_step_raises_the_likelihood_of_positive_advantage_tokens(tokeni
     assert all(v.dtype == torch.float32 for s in optimizer.state.values() for k, v in s.items() if k != "step")
 
 
-def test_bf16_log_probs_are_close_to_fp32(tokenizer, tiny):
-    sequences, masks = [[5, 6, 7, 8, 9, 10]], [[False, True, True, True, True, True]]
-    fp32 = batched_logprobs(tiny, sequences, masks, tokenizer.pad_token_id, 1)[0]
-    bf16 = batched_logprobs(tiny, sequences, masks, tokenizer.pad_token_id, 1, precision="bf16")[0]
-    assert bf16.dtype == torch.float32 and (fp32 - bf16).abs().max() < 0.05
+def test_bf16_log_probs_stay_within_a_measured_band_of_fp32(tokenizer, tiny):
+    """bf16 autocast is inexact. On these 8 random 48-token rows the tiny model's bf16 log-probs
+    differ from fp32's by 0.040-0.049 nats on average and 0.29-0.49 at most (seeds 0-3, both test
+    tokenizers, on an AMX CPU and with ATEN_CPU_CAPABILITY=avx2; SmolLM2-135M-Instruct's sampled
+    tokens: 0.03 and 0.15). The band, twice those, fails if bf16 were not applied (a gap of 0) or
+    broken. Rows stay under 64 tokens: longer bf16 rows take a fused attention kernel that an
+    AMX CPU cannot run under ATEN_CPU_CAPABILITY=avx2."""
+    rows = torch.randint(0, len(tokenizer), (8, 48), generator=torch.Generator().manual_seed(0)).tolist()
+    masks = [[False] + [True] * 47] * 8
+    fp32 = torch.cat([lp[1:] for lp in batched_logprobs(tiny, rows, masks, tokenizer.pad_token_id, 4)])
+    bf16 = batched_logprobs(tiny, rows, masks, tokenizer.pad_token_id, 4, precision="bf16")
+    assert all(lp.dtype == torch.float32 for lp in bf16)
+    gap = (fp32 - torch.cat([lp[1:] for lp in bf16])).abs()
+    assert 0.01 < gap.mean() < 0.1 and gap.max() < 1.0, (gap.mean(), gap.max())
 
 
-def test_generation_precision_is_bf16_only_where_asked_or_native():
-    assert generation_precision("auto", "bf16", "cpu") == "bf16"
-    assert generation_precision("fp32", "bf16", "cpu") == "fp32"
-    from cleanrl_style.llm.model import bf16_is_native
-
-    assert generation_precision("auto", "fp32", "cpu") == ("bf16" if bf16_is_native("cpu") else "fp32")
+def test_generation_precision_is_the_training_precision_unless_forced():
+    assert generation_precision("auto", "fp32") == "fp32"
+    assert generation_precision("auto", "bf16") == "bf16"
+    assert generation_precision("bf16", "fp32") == "bf16" and generation_precision("fp32", "bf16") == "fp32"
+    with pytest.raises(ValueError, match="generation precision"):
+        generation_precision("fp16", "fp32")
     with pytest.raises(ValueError, match="precision"):
         autocast("fp16", "cpu")
 

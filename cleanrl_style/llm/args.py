@@ -41,8 +41,9 @@ class LLMRunArgs(BaseRunArgs):
     precision: Literal["fp32", "bf16"] = "fp32"
     """fp32, or bf16: autocast (bf16 matmuls) with float32 master weights and optimizer state"""
     generation_precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """precision of rollout generation: auto (bf16 when --precision bf16 or the device has native
-    bf16 matmuls: CUDA, a CPU with AVX-512 BF16 or AMX; fp32 otherwise), fp32 or bf16"""
+    """precision of rollout generation: auto (the same as --precision, so the loss scores the
+    distribution the tokens were drawn from), fp32 or bf16 (with fp32 training: inexact, the
+    sampled tokens' log-probabilities differ from the loss's and nothing corrects it)"""
     kv_cache: bool = True
     """keep each episode's key/value cache from one turn to the next (--no-kv-cache re-reads every conversation each turn)"""
     lora_rank: int = 0
@@ -108,7 +109,7 @@ class LLMRunArgs(BaseRunArgs):
             ),
             limits=EpisodeLimits(self.max_assistant_messages, self.max_context_tokens),
             keep_cache=self.kv_cache,
-            precision=generation_precision(self.generation_precision, self.precision, self.device),
+            precision=generation_precision(self.generation_precision, self.precision),
         )
 
     def eval_settings(self) -> RolloutSettings:

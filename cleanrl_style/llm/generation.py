@@ -24,7 +24,10 @@ system prompt and tool schemas; a whole group's first prompt) is prefilled once 
 top-k and top-p, and sampled with a seeded ``torch.Generator`` (greedy: argmax). Nothing else is
 applied: the model's ``generation_config`` (repetition penalty, no-repeat n-grams, its own
 temperature or top-k) is never read, so with ``top_p=1`` and ``top_k=0`` rollouts are drawn from
-exactly ``softmax(logits / temperature)``, the distribution the policy loss scores.
+exactly ``softmax(logits / temperature)``, the distribution the policy loss scores. Each sampled
+token's log-probability under that distribution is kept (``TurnGenerator.sampled_logprobs``): at
+the training precision it equals what the loss computes from the whole sequence (a test checks
+this to 1e-4 nats), and it shows how far another generation precision lands from it.
 """
 
 from __future__ import annotations
@@ -203,6 +206,7 @@ class TurnGenerator:
         self.mask = torch.zeros((0, 0), dtype=torch.long, device=self.device)  # (rows, columns): 1 = real token
         self.real = torch.zeros(0, dtype=torch.long, device=self.device)  # real tokens per row (the next position)
         self.prefilled_tokens = 0  # real tokens fed in prefill chunks (what the cache saves shows here)
+        self.sampled_logprobs: list[list[float]] = []  # per episode of the last call: log softmax(logits / T) of each token
 
     # ---- the cache ---------------------------------------------------------------------------------
 
@@ -300,12 +304,16 @@ class TurnGenerator:
         else:
             logits = self._start(episodes, tokens)
         out: list[list[int]] = [[] for _ in episodes]
+        logprobs: list[list[float]] = [[] for _ in episodes]
         running = torch.ones(len(episodes), dtype=torch.bool, device=self.device)
         generated = 0
         for step in range(self.sampling.max_new_tokens):
             chosen = sample_next(logits, self.sampling, self.generator)
+            chosen_logp = (logits.float() / self.sampling.temperature).log_softmax(dim=-1).gather(1, chosen.unsqueeze(1))
+            chosen_ids, chosen_logps = chosen.tolist(), chosen_logp.squeeze(1).tolist()
             for b in running.nonzero().flatten().tolist():
-                out[b].append(int(chosen[b]))
+                out[b].append(chosen_ids[b])
+                logprobs[b].append(chosen_logps[b])
             generated += int(running.sum())
             running = running & ~torch.isin(chosen, self.stop_ids)
             if on_step is not None:
@@ -315,4 +323,5 @@ class TurnGenerator:
             logits = self._step(torch.where(running, chosen, self.pad_id), running)
         for e, t, new in zip(episodes, tokens, out):
             self.seen[e] = len(t) + len(new) - 1  # the last sampled token is not fed yet
+        self.sampled_logprobs = logprobs
         return out

@@ -171,11 +171,16 @@ def autocast(precision: str, device: str | Any) -> Any:
     return torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16)
 
 
-def generation_precision(choice: str, training_precision: str, device: str | Any) -> str:
-    """The precision of rollout generation: ``auto`` is bf16 when training is bf16 or the device
-    has native bf16 (``bf16_is_native``), fp32 otherwise; ``fp32``/``bf16`` force one."""
+def generation_precision(choice: str, training_precision: str) -> str:
+    """The precision of rollout generation: ``auto`` is the training precision, so the tokens are
+    drawn from the distribution the loss scores; ``fp32``/``bf16`` force one.
+
+    With one optimizer step per batch the loss takes its ratio to the sampling policy as 1, so
+    generating at another precision than training samples from a slightly different policy than
+    the one scored, and nothing corrects it: with SmolLM2-135M-Instruct, bf16 generation's token
+    log-probabilities differ from fp32 scoring's by about 0.03 nats on average and 0.15 at most."""
     if choice == "auto":
-        return "bf16" if training_precision == "bf16" or bf16_is_native(device) else "fp32"
+        return training_precision
     if choice not in PRECISIONS:
         raise ValueError(f"generation precision must be auto, fp32 or bf16, got {choice!r}")
     return choice

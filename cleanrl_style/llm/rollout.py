@@ -149,13 +149,15 @@ class Turn:
 @dataclass
 class Rollout:
     """One episode as tokens: ``tokens`` (the whole conversation), ``policy_mask`` (True where the
-    policy sampled the token), the episode reward and statistics."""
+    policy sampled the token), ``sampling_logprobs`` (each sampled token's log-probability when it
+    was drawn, 0 elsewhere and for scripted generators), the episode reward and statistics."""
 
     group: int
     task_id: int
     first_user_suffix: str
     tokens: list[int] = field(default_factory=list)
     policy_mask: list[bool] = field(default_factory=list)
+    sampling_logprobs: list[float] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
     reward: float = 0.0
@@ -166,9 +168,10 @@ class Rollout:
     user_turns_finished: int = 0
     tool_errors: int = 0
 
-    def extend(self, ids: list[int], policy: bool) -> None:
+    def extend(self, ids: list[int], policy: bool, logprobs: Sequence[float] | None = None) -> None:
         self.tokens += ids
         self.policy_mask += [policy] * len(ids)
+        self.sampling_logprobs += list(logprobs) if logprobs is not None else [0.0] * len(ids)
 
 
 def with_first_user_suffix(messages: list[Message], suffix: str) -> list[Message]:
@@ -257,10 +260,11 @@ def collect_rollouts(
                 )
 
             outputs = generator.generate(active, [rollouts[i].tokens for i in active], on_step=report)
+            sampled_logprobs = getattr(generator, "sampled_logprobs", None) or [None] * len(active)
             generation_seconds += time.perf_counter() - started
             actions: list[str | None] = [None] * n
             closing_of: dict[int, tuple[str, str]] = {}
-            for i, new in zip(active, outputs):
+            for i, new, logprobs in zip(active, outputs, sampled_logprobs):
                 generated_tokens += len(new)
                 r = rollouts[i]
                 stop_text = stop_texts.get(new[-1], "") if new else ""
@@ -275,7 +279,7 @@ def collect_rollouts(
                         context_messages=list(conversations[i]),
                     )
                 )
-                r.extend(new, policy=True)
+                r.extend(new, policy=True, logprobs=logprobs)
                 actions[i] = content
                 closing_of[i] = (content, stop_text)
             observations, rewards, terminated, truncated, step_infos = vec.step(actions)
