@@ -38,6 +38,9 @@ Writes to ``--out``:
 - ``summary.csv``: per task and arm, the mean end-of-round loss over the first and over the last
   ``window`` rounds, and their difference (last - first), each per seed then averaged over seeds,
   with a 95% percentile-bootstrap interval over seeds (rliable, via ``cleanrl_style.plot``);
+- ``comparisons.csv``: per task, each arm minus each arm before it in (plain, layernorm, nap):
+  the per-seed difference of their mean loss over the last ``window`` rounds (paired: one seed is
+  the same inputs, targets and minibatches in both), its mean and the same interval;
 - ``args.json``, ``provenance.json`` (``cleanrl_style.provenance.describe``: date, commit, CPU
   model, cores, load, package versions) and ``plots/plasticity.png``.
 
@@ -99,6 +102,7 @@ SUMMARY_FIELDS = (
     "change_high",
     "interval",
 )
+COMPARISON_FIELDS = ("task", "arm", "baseline", "n_seeds", "window", "difference", "low", "high", "interval")
 
 
 @dataclass
@@ -217,6 +221,12 @@ def run_one(args: Args, task: str, arm: str, seed: int) -> list[dict]:
     return rows
 
 
+def interval_text(n: int, n_boot: int, over: str) -> str:
+    if n < MIN_SEEDS_FOR_CI:
+        return f"none (n={n} < {MIN_SEEDS_FOR_CI})"
+    return f"{interval_method(n)} over {over}, {n_boot} resamples, n={n}"
+
+
 def summarize(rows: list[dict], window: int, n_boot: int) -> list[dict]:
     out = []
     for task in dict.fromkeys(r["task"] for r in rows):
@@ -238,8 +248,52 @@ def summarize(rows: list[dict], window: int, n_boot: int) -> list[dict]:
                     low, high = bootstrap_ci(values, "mean", 0.95, n_boot)
                 key = "change" if name == "change" else f"{name}_loss"
                 row[key], row[f"{name}_low"], row[f"{name}_high"] = float(values.mean()), low, high
-            row["interval"] = f"{interval_method(len(seeds))} over seeds, {n_boot} resamples, n={len(seeds)}"
+            row["interval"] = interval_text(len(seeds), n_boot, "seeds")
             out.append(row)
+    return out
+
+
+def last_window_loss(rows: list[dict], window: int) -> dict[tuple[str, str], dict[int, float]]:
+    """{(task, arm): {seed: mean end-of-round loss over the last ``window`` rounds}}."""
+    out: dict[tuple[str, str], dict[int, float]] = {}
+    for key in dict.fromkeys((r["task"], r["arm"]) for r in rows):
+        mine = [r for r in rows if (r["task"], r["arm"]) == key]
+        rounds = max(r["round"] for r in mine)
+        w = min(window, rounds)
+        out[key] = {
+            seed: float(np.mean([r["loss"] for r in mine if r["seed"] == seed and r["round"] > rounds - w]))
+            for seed in sorted({r["seed"] for r in mine})
+        }
+    return out
+
+
+def compare(rows: list[dict], window: int, n_boot: int) -> list[dict]:
+    """Each arm against each other arm on the last ``window`` rounds: the per-seed difference of their
+    losses (same seed, same inputs and targets), averaged over the seeds both ran, with its interval."""
+    last = last_window_loss(rows, window)
+    out = []
+    for (task, arm), mine in last.items():
+        for (task_b, baseline), theirs in last.items():
+            if task_b != task or baseline == arm or ARMS.index(baseline) > ARMS.index(arm):
+                continue
+            seeds = sorted(set(mine) & set(theirs))
+            diff = np.array([mine[s] - theirs[s] for s in seeds])
+            low, high = (math.nan, math.nan)
+            if len(diff) >= MIN_SEEDS_FOR_CI:
+                low, high = bootstrap_ci(diff, "mean", 0.95, n_boot)
+            out.append(
+                {
+                    "task": task,
+                    "arm": arm,
+                    "baseline": baseline,
+                    "n_seeds": len(seeds),
+                    "window": window,
+                    "difference": float(diff.mean()),
+                    "low": low,
+                    "high": high,
+                    "interval": interval_text(len(seeds), n_boot, "paired seeds"),
+                }
+            )
     return out
 
 
@@ -340,12 +394,19 @@ def report(rows: list[dict], args_dict: dict, out: Path, window: int, n_boot: in
     """summary.csv (printed too) and, with ``draw``, plots/plasticity.png from the rows of rounds.csv."""
     summary = summarize(rows, window, n_boot)
     write_csv(out / "summary.csv", summary, SUMMARY_FIELDS)
+    comparisons = compare(rows, window, n_boot)
+    write_csv(out / "comparisons.csv", comparisons, COMPARISON_FIELDS)
     for row in summary:
         print(
             f"{row['task']:8s} {row['arm']:10s}"
             f"  first {row['first_loss']:.3f} [{row['first_low']:.3f}, {row['first_high']:.3f}]"
             f"  last {row['last_loss']:.3f} [{row['last_low']:.3f}, {row['last_high']:.3f}]"
             f"  change {row['change']:+.3f} [{row['change_low']:+.3f}, {row['change_high']:+.3f}]"
+        )
+    for row in comparisons:
+        print(
+            f"{row['task']:8s} {row['arm']:10s} - {row['baseline']:10s} last {row['window']} rounds:"
+            f" {row['difference']:+.3f} [{row['low']:+.3f}, {row['high']:+.3f}]"
         )
     if draw:
         plot(rows, args_dict, out / "plots" / "plasticity.png")

@@ -62,8 +62,13 @@ def test_writes_one_row_per_task_arm_seed_and_round_and_a_summary(ran):
         summary = list(reader)
     assert len(summary) == len(ran.tasks) * len(ran.arms)
     for s in summary:
-        assert int(s["n_seeds"]) == 2 and s["interval"].startswith("none (n < 5)") and s["first_low"] == "nan"
+        assert int(s["n_seeds"]) == 2 and s["interval"] == "none (n=2 < 5)" and s["first_low"] == "nan"
         assert float(s["change"]) == pytest.approx(float(s["last_loss"]) - float(s["first_loss"]), abs=1e-4)
+    with (ran.out / "comparisons.csv").open() as f:
+        reader = csv.DictReader(f)
+        assert tuple(reader.fieldnames or ()) == bench.COMPARISON_FIELDS
+        pairs = {(c["task"], c["arm"], c["baseline"]) for c in reader}
+    assert pairs == {(t, a, b) for t in ran.tasks for a, b in (("layernorm", "plain"), ("nap", "plain"), ("nap", "layernorm"))}
     assert json.loads((ran.out / "args.json").read_text())["rounds"] == 3
     provenance = json.loads((ran.out / "provenance.json").read_text())
     assert {"time", "commit", "cpu", "cores", "load_average", "packages"} <= set(provenance)
