@@ -208,5 +208,107 @@ def main() -> None:
     run.close()
 
 
+# ---------------------------------------------------------------------------------------------
+# The actor's two pulls on its scale S at the end of a run (ours and the official, the same way)
+# ---------------------------------------------------------------------------------------------
+def _suite_agent_module() -> ModuleType:
+    path = Path(__file__).resolve().parents[1] / "agents" / "symphony.py"
+    spec = importlib.util.spec_from_file_location("suite_symphony_agent", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _load_pull_model(run_dir: Path, official_dir: str, env):
+    """``(explore, actor_asb, soft_q, q_bar, a_max)`` of the run's final networks (official or suite)."""
+    import json
+
+    saved = json.loads((run_dir / "args.json").read_text())
+    obs_dim, act_dim = env.observation_space.shape[0], env.action_space.shape[0]
+    if (run_dir / NETS_NAME).exists():
+        official = load_official(Path(saved.get("official_dir", official_dir)) / saved.get("official_file", "S3/symphony.py"))
+        state = torch.load(run_dir / NETS_NAME, weights_only=False)
+        make = lambda: official.ActorCritic(obs_dim, act_dim, saved["hidden"], max_action=torch.ones(act_dim))
+        online, target = make(), make()
+        online.load_state_dict(state["online"])
+        target.load_state_dict(state["target"])
+
+        def actor_asb(obs):
+            asb = torch.tanh(online.a(obs) / 2).reshape(-1, 3, act_dim)
+            return asb[:, 0], asb[:, 1].abs(), asb[:, 2].abs()
+
+        explore = lambda obs: online.actor(obs, True, True)[0]
+        soft_q = lambda obs, act: target.critic_soft(obs, act)[0].squeeze(-1)
+        return explore, actor_asb, soft_q, float(state["q_bar"]), torch.ones(act_dim)
+    from cleanrl_style.checkpoint import load_checkpoint
+    from cleanrl_style.run import args_from_dict
+
+    agent_module = _suite_agent_module()
+    agent_args = args_from_dict(agent_module.Args, saved)
+    low, high = torch.as_tensor(env.action_space.low), torch.as_tensor(env.action_space.high)
+    agent = agent_module.Symphony(obs_dim, act_dim, low, high, agent_args)
+    agent.load_state_dict(load_checkpoint(run_dir, trust=True)["agent"])
+    agent.train()  # as in training: the target critic's gradient dropout masks the actor's gradient through q'
+    soft_q = lambda obs, act: agent_module.sorted_node_target(agent.nodes(obs, act, target=True), agent.node_weights)
+    return lambda obs: agent.explore(obs), agent.actor, soft_q, float(agent.q_bar), agent.action_scale
+
+
+def pull(run_dirs: list[str], official_dir: str = "/tmp/symphony_official", steps: int = 4096, seed: int = 0) -> None:
+    """Per element of ``S`` at states ``s'`` the final noisy policy visits: the gradient of the
+    actor term ``-ReHAE((q' - Q_T) / |Q_T|)`` and of the swaddling term, per sample (the losses' means
+    undone). The swaddling term alone is stationary at ``S = 1/e``, ``B = 1 / (4e)``, with stiffness
+    ``d2/dS2 = B / S`` there: the actor term moves ``S`` by about ``-g_actor / (B / S)``."""
+    from cleanrl_style.sorting import sort_rows  # noqa: F401  (the suite's target needs it importable)
+
+    suite = _suite_agent_module()
+    for run_dir in map(Path, run_dirs):
+        import json
+
+        saved = json.loads((run_dir / "args.json").read_text())
+        env = gym.make(resolve_env_id(saved["env"]))
+        explore, actor_asb, soft_q, q_bar, a_max = _load_pull_model(run_dir, official_dir, env)
+        torch.manual_seed(seed)
+        states, (obs, _) = [], env.reset(seed=seed)
+        with torch.no_grad():
+            for _ in range(steps):
+                action = explore(torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0))[0].numpy()
+                obs, _, terminated, truncated, _ = env.step(action)
+                states.append(obs)
+                if terminated or truncated:
+                    obs, _ = env.reset()
+        next_obs = torch.as_tensor(np.array(states), dtype=torch.float32)
+        direction, scale, beta = (t.detach() for t in actor_asb(next_obs))
+        scale = scale.clone().requires_grad_(True)
+        noise = torch.randn_like(scale).clamp(-math.e, math.e) / math.e
+        q_next = soft_q(next_obs, a_max * torch.tanh(scale * direction + noise))
+        a = (math.sqrt(5) - 1) / 2
+        q_t = (a * q_bar + (1 - a) * q_next).detach()
+        advantage = (q_next - q_t) / q_t.abs()
+        (g_actor,) = torch.autograd.grad(-suite.rehae(advantage).sum(), scale)
+        s_c, b_c = scale.clamp(1e-3, 1 - 1e-3), beta.clamp(1e-3, 1 - 1e-3)
+        sw = suite.big_omega(torch.exp(torch.log(s_c) / b_c)) + b_c * suite.small_omega(s_c) + suite.big_omega(b_c**2)
+        (g_sw,) = torch.autograd.grad(sw.sum(), scale)
+        stiffness = (b_c / s_c).mean().item()
+        print(
+            f"{run_dir.name}: S {scale.mean():.3f}, B {beta.mean():.3f}, |Q_T| {q_t.abs().mean():.1f}, "
+            f"|advantage| {advantage.abs().mean():.4f}; per element of S: g_actor {g_actor.mean():+.2e} "
+            f"(|g| {g_actor.abs().mean():.2e}), g_swaddling {g_sw.mean():+.2e}, stiffness B/S {stiffness:.3f}, "
+            f"shift -g_actor/(B/S) {-g_actor.mean().item() / stiffness:+.4f}"
+        )
+        env.close()
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == "pull":
+        import argparse
+
+        parser = argparse.ArgumentParser(prog="symphony_official.py pull", description=pull.__doc__)
+        parser.add_argument("run_dirs", nargs="+")
+        parser.add_argument("--official-dir", default="/tmp/symphony_official")
+        parser.add_argument("--steps", type=int, default=4096)
+        ns = parser.parse_args(sys.argv[2:])
+        pull(ns.run_dirs, ns.official_dir, ns.steps)
+    else:
+        main()
