@@ -258,8 +258,9 @@ def _load_pull_model(run_dir: Path, official_dir: str, env):
 def pull(run_dirs: list[str], official_dir: str = "/tmp/symphony_official", steps: int = 4096, seed: int = 0) -> None:
     """Per element of ``S`` at states ``s'`` the final noisy policy visits: the gradient of the
     actor term ``-ReHAE((q' - Q_T) / |Q_T|)`` and of the swaddling term, per sample (the losses' means
-    undone). The swaddling term alone is stationary at ``S = 1/e``, ``B = 1 / (4e)``, with stiffness
-    ``d2/dS2 = B / S`` there: the actor term moves ``S`` by about ``-g_actor / (B / S)``."""
+    undone). The swaddling term alone is stationary at ``S = 0.364`` (near ``1/e``), ``B = 0.092``
+    (``1 / (4e)``), with stiffness ``d2/dS2`` about ``B / S`` there: the actor term moves ``S`` by about
+    ``-g_actor / (B / S)``."""
     from cleanrl_style.sorting import sort_rows  # noqa: F401  (the suite's target needs it importable)
 
     suite = _suite_agent_module()
