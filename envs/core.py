@@ -27,7 +27,8 @@ Contract (identical on every backend, checked by ``tests/test_env_contract.py`` 
       truncation uses ``V(final_obs)``.
     - ``done`` bool ``(num_envs,)``: ``terminated | truncated``.
     - ``episode_return`` float32 / ``episode_length`` int64 ``(num_envs,)``: return and length of
-      the episode that finished in this step, 0 where ``done`` is False.
+      the episode that finished in this step, 0 where ``done`` is False. The length counts
+      simulator steps, also under action repeat (:mod:`envs.action_repeat`).
 
 A backend implements ``_reset`` and ``_step`` on torch tensors; this base class does the action
 clipping, the dtype/device checks and the episode statistics once for all of them.
@@ -87,6 +88,8 @@ class TorchVectorEnv(ABC):
     """Base class of the vector-env contract (see the module docstring)."""
 
     backend: str = "abstract"
+    # Simulator steps per step(): each action is applied this many times (envs.make(..., action_repeat=k)).
+    action_repeat: int = 1
     # What step() does with NaN or infinite actions: "raise" (the contract's default) or "clip".
     nonfinite_actions: str = "raise"
 
@@ -121,7 +124,9 @@ class TorchVectorEnv(ABC):
         """Step with clipped float32 actions on device, autoresetting finished sub-environments.
 
         Returns ``(obs, reward, terminated, truncated, final_obs)`` as described in the module
-        docstring (``final_obs`` equal to ``obs`` where nothing finished).
+        docstring (``final_obs`` equal to ``obs`` where nothing finished). A backend that repeats
+        actions adds a sixth tensor, int64 ``(num_envs,)``: the simulator steps each sub-environment
+        took, which ``episode_length`` counts.
         """
 
     def close(self) -> None:  # noqa: B027 - backends without resources need nothing  # pragma: no cover
@@ -165,10 +170,10 @@ class TorchVectorEnv(ABC):
                 )
             actions = torch.nan_to_num(actions, nan=0.0)
         actions = torch.clamp(actions, self.action_low, self.action_high)
-        obs, reward, terminated, truncated, final_obs = self._step(actions)
+        obs, reward, terminated, truncated, final_obs, *simulator_steps = self._step(actions)
         done = terminated | truncated
         self._episode_return += reward
-        self._episode_length += 1
+        self._episode_length += simulator_steps[0] if simulator_steps else 1
         info = {
             "final_obs": final_obs,
             "done": done,

@@ -87,6 +87,8 @@ class Backend:
     supports: Callable[[str, torch.device], bool]
     # Whether ``auto`` may pick it on this device (the GPU backend: only on CUDA).
     auto_on: Callable[[torch.device], bool] = lambda device: True
+    # Whether its factory takes ``action_repeat=k`` (envs/action_repeat.py).
+    repeats_actions: bool = False
 
     def installed(self) -> bool:
         return importlib.util.find_spec(self.module) is not None
@@ -98,11 +100,12 @@ class _BuiltinBackend(NamedTuple):
     env_class: str  # its TorchVectorEnv subclass, called as (env_id, num_envs, device=, seed=, **kwargs)
     supports: str | None  # its ``supports(env_id) -> bool`` function; None: any registered env
     cuda_only: bool = False  # ``auto`` picks it only on CUDA
+    repeats_actions: bool = False  # its env class takes ``action_repeat=k``
 
 
 # The built-in backends as one table; ``_lazy`` imports a backend's module only when it is used.
 _BUILTIN_BACKENDS: dict[str, _BuiltinBackend] = {
-    "gymnasium": _BuiltinBackend("gymnasium", "envs.gymnasium_backend", "GymnasiumVectorEnv", None),
+    "gymnasium": _BuiltinBackend("gymnasium", "envs.gymnasium_backend", "GymnasiumVectorEnv", None, repeats_actions=True),
     "mujoco": _BuiltinBackend("mujoco", "envs.mujoco_backend", "MujocoBatchVectorEnv", "mujoco_batch_supports"),
     "envpool": _BuiltinBackend("envpool", "envs.envpool_backend", "EnvpoolVectorEnv", "envpool_supports"),
     "warp": _BuiltinBackend("mujoco_warp", "envs.warp_backend", "WarpVectorEnv", "warp_supports", cuda_only=True),
@@ -122,8 +125,8 @@ def _builtin_backend(name: str, spec: _BuiltinBackend) -> Backend:
         return spec.supports is None or bool(_lazy(spec.module, spec.supports)(env_id))
 
     if spec.cuda_only:
-        return Backend(name, spec.package, factory, supports, auto_on=lambda device: device.type == "cuda")
-    return Backend(name, spec.package, factory, supports)
+        return Backend(name, spec.package, factory, supports, lambda device: device.type == "cuda", spec.repeats_actions)
+    return Backend(name, spec.package, factory, supports, repeats_actions=spec.repeats_actions)
 
 
 BACKENDS: dict[str, Backend] = {name: _builtin_backend(name, spec) for name, spec in _BUILTIN_BACKENDS.items()}
@@ -140,9 +143,11 @@ def register_backend(backend: Backend, auto_priority: int | None = None) -> None
         AUTO_ORDER.insert(auto_priority, backend.name)
 
 
-def choose_backend(env_id: str, device: torch.device) -> str:
+def choose_backend(env_id: str, device: torch.device, action_repeat: int = 1) -> str:
     for name in AUTO_ORDER:
         backend = BACKENDS[name]
+        if action_repeat > 1 and not backend.repeats_actions:
+            continue
         if backend.installed() and backend.auto_on(device) and backend.supports(env_id, device):
             return name
     return "gymnasium"
@@ -155,6 +160,7 @@ def make(
     device: torch.device | str = "cpu",
     seed: int | None = None,
     nonfinite_actions: str = "raise",
+    action_repeat: int = 1,
     **kwargs,
 ) -> TorchVectorEnv:
     """Make a torch-native vector env (contract in :mod:`envs.core`).
@@ -168,16 +174,20 @@ def make(
         seed: seeds sub-environment i with ``seed + i`` at the first reset.
         nonfinite_actions: ``raise`` (default): ``step`` refuses NaN or infinite actions, naming
             the sub-environments; ``clip``: NaN becomes 0 and inf the bound (see :mod:`envs.core`).
+        action_repeat: simulator steps per ``step()``, each with the same action, rewards summed,
+            stopping where an episode ends (:mod:`envs.action_repeat`); on the ``gymnasium`` backend.
         kwargs: passed to the backend (Gymnasium: ``vectorization`` and the env's own kwargs).
     """
     if not isinstance(num_envs, int) or num_envs < 1:
         raise EnvRequestError(f"num_envs must be a positive integer, got {num_envs!r}")
     if nonfinite_actions not in NONFINITE_ACTION_RULES:
         raise EnvRequestError(f"nonfinite_actions must be one of {NONFINITE_ACTION_RULES}, got {nonfinite_actions!r}")
+    if isinstance(action_repeat, bool) or not isinstance(action_repeat, int) or action_repeat < 1:
+        raise EnvRequestError(f"action_repeat must be a positive integer (1: no repeat), got {action_repeat!r}")
     full_id = resolve_env_id(env_id)
     device = torch.device(device)
     if backend == "auto":
-        backend = choose_backend(full_id, device)
+        backend = choose_backend(full_id, device, action_repeat)
     if backend not in BACKENDS:
         raise EnvRequestError(f"Unknown backend {backend!r}; choose one of: auto, {', '.join(BACKENDS)}.")
     chosen = BACKENDS[backend]
@@ -191,6 +201,13 @@ def make(
             f"Backend {backend!r} does not support {full_id!r} on {device}. "
             f"Use backend='gymnasium' (any registered env) or backend='auto'."
         )
+    if action_repeat > 1:
+        if not chosen.repeats_actions:
+            raise EnvRequestError(
+                f"Backend {backend!r} does not repeat actions (action_repeat={action_repeat}). "
+                "Use backend='gymnasium' (any registered env) or backend='auto', or action_repeat=1."
+            )
+        kwargs["action_repeat"] = action_repeat
     vec_env = chosen.factory(full_id, num_envs, device, seed, **kwargs)
     vec_env.nonfinite_actions = nonfinite_actions
     return vec_env
