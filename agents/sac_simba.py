@@ -3,26 +3,37 @@
     python agents/sac_simba.py --env Humanoid
     python agents/sac_simba.py --env Humanoid --critic-blocks 4 --critic-width 1024   # scaling study
     python agents/sac_simba.py --env Humanoid --updates-per-step 4                    # replay-ratio study
+    python agents/sac_simba.py --env dmc:dog-run --total-timesteps 1000000            # action repeat 2 (auto)
 
 SimBa adds three things to the networks of SAC: running observation normalization, a residual
 encoder of pre-LayerNorm MLP blocks (``h + W2(ReLU(W1(LayerNorm(h))))``, W1: d -> 4d, W2: 4d -> d),
 and a LayerNorm after the last block. The defaults are those of the paper and its official code
 (SonyResearch/simba): actor 1 block of width 128, critics 2 blocks of width 512, AdamW (lr 1e-4,
 weight decay 1e-2 on every parameter), temperature initialized to 0.01 with target entropy -|A|/2
-(its optimizer without weight decay), tau 0.005, batch 256, 1M buffer, 5,000 random steps, 2
-gradient steps per environment step. The log-std is mapped onto [-10, 2] as
+(its optimizer without weight decay), tau 0.005, batch 256, 1M buffer, 5,000 random transitions, 2
+gradient steps per agent step. The log-std is mapped onto [-10, 2] as
 ``-10 + 12 * 0.5 * (1 + tanh(raw))``; evaluation acts with ``tanh(mean)``. Each gradient step
 updates the actor, then the temperature, then the critics (their target uses the fresh actor and
 temperature), then the target critics.
 
 As in the official code:
+- ``--action-repeat auto`` (default) applies each action for 2 simulator steps on DeepMind Control
+  (``dmc:`` ids), the official DMC configs' setting, and for 1 elsewhere; an integer forces it
+  (``envs.make(..., action_repeat=k)``: rewards summed, stopping where an episode ends). Steps count
+  as in the official code: ``--total-timesteps``, ``global_step``, ``--log-every`` and
+  ``--checkpoint-every`` count simulator steps (``num_envs x k`` per agent step), so a 100k-step DMC
+  run is 50k agent steps; ``--updates-per-step`` counts gradient steps per agent step and
+  ``--learning-starts`` random transitions (agent steps, summed over sub-environments), the official
+  ``updates_per_interaction_step`` and buffer ``min_length``. At k = 2 the default 2 updates per
+  agent step are 1 per simulator step. Episode returns and lengths stay in simulator terms.
 - ``--clipped-double-q auto`` (default) follows the official per-benchmark setting: episodic
   benchmarks (Gymnasium MuJoCo, HumanoidBench) train two critics and take their minimum in the
   target and the actor loss; non-episodic ones (DeepMind Control, ``dmc:`` ids) train ONE critic.
   ``on`` / ``off`` force either.
-- ``--gamma`` unset (default) derives the discount from the episode length ``L`` (the env's time
-  limit), the heuristic the official code takes from TD-MPC2: ``gamma = clip((L/5 - 1) / (L/5),
-  0.95, 0.995)``; 0.995 for the 1,000-step MuJoCo tasks, 0.99 without a time limit.
+- ``--gamma`` unset (default) derives the discount from the episode length ``L`` in agent steps (the
+  env's time limit divided by the action repeat), the heuristic the official code takes from TD-MPC2:
+  ``gamma = clip((L/5 - 1) / (L/5), 0.95, 0.995)``; 0.995 for the 1,000-step MuJoCo tasks, 0.99 for
+  DeepMind Control at action repeat 2 (L = 500) and without a time limit.
 - The policy's log-probability is that of the squashed action in [-1, 1] (the official code wraps
   every env to [-1, 1] actions): no ``log(action_scale)`` term, so the target entropy means the
   same for every action range. Actions are then rescaled to the env's bounds.
@@ -63,8 +74,10 @@ from cleanrl_style import (
     compile_or_eager,
     layer_init,
 )
+from cleanrl_style.cli import require
 from cleanrl_style.ensemble import Ensemble
 from cleanrl_style.replay import Batch, ReplayBuffer, buffer_checkpoint, restore_buffer
+from envs.dmc import is_dmc
 
 # --compile auto compiles the losses of runs at least this long, which repay the one-off compile.
 COMPILE_FROM_STEPS = 100_000
@@ -83,9 +96,12 @@ class Args(RunArgs):
     batch_size: int = 256
     """minibatch size of each gradient step"""
     learning_starts: int = 5_000
-    """environment steps of uniformly random actions before learning starts"""
+    """transitions (agent steps, summed over sub-environments) of uniformly random actions before learning starts"""
     updates_per_step: float = 2.0
-    """gradient steps per environment step (update-to-data ratio; SimBa: 2)"""
+    """gradient steps per agent step (update-to-data ratio; SimBa: 2; at --action-repeat 2, 1 per simulator step)"""
+    action_repeat: int | Literal["auto"] = "auto"
+    """simulator steps each action is applied for (rewards summed); auto: 2 on DeepMind Control (dmc: ids),
+    1 elsewhere, as the official configs. --total-timesteps counts simulator steps"""
     learning_rate: float = 1e-4
     """AdamW learning rate of the actor and the critics"""
     weight_decay: float = 1e-2
@@ -114,7 +130,20 @@ class Args(RunArgs):
     save_buffer: bool = False
     """put the replay buffer in the checkpoints, so a resumed run keeps its data (large files)"""
     log_every: int = 1_000
-    """log losses every this many environment steps"""
+    """log losses every this many simulator steps"""
+
+    def validate(self) -> None:
+        """Refuse an action repeat that cannot work (called by Run, after --resume)."""
+        if self.action_repeat == "auto":  # saved by a version without --action-repeat: it acted on every step
+            self.action_repeat = 1
+        self.action_repeat = resolve_action_repeat(self.action_repeat, self.env)  # refuses one below 1
+        random_steps = self.learning_starts * self.action_repeat
+        require(
+            random_steps < self.total_timesteps,
+            f"--learning-starts {self.learning_starts} random transitions at --action-repeat {self.action_repeat} are "
+            f"{random_steps} simulator steps, not fewer than --total-timesteps {self.total_timesteps}: the run would end "
+            "before its first update; raise --total-timesteps or lower --learning-starts",
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,12 +176,21 @@ class Critic(nn.Module):
         return self.head(self.encoder(x)).squeeze(-1).float()
 
 
-def horizon_discount(time_limit: int | None) -> float:
-    """SimBa's discount from the episode length ``L``: ``clip((L/5 - 1) / (L/5), 0.95, 0.995)``; 0.99 without one."""
+def horizon_discount(time_limit: int | None, action_repeat: int = 1) -> float:
+    """SimBa's discount from the episode length ``L = time_limit / action_repeat`` in agent steps:
+    ``clip((L/5 - 1) / (L/5), 0.95, 0.995)``; 0.99 without a time limit."""
     if not time_limit:
         return 0.99
-    horizon = time_limit / 5
+    horizon = time_limit / action_repeat / 5
     return min(max((horizon - 1) / horizon, 0.95), 0.995)
+
+
+def resolve_action_repeat(setting: int | str, env_id: str) -> int:
+    """An integer as given; ``auto``: 2 for DeepMind Control (``dmc:`` ids), as the official DMC configs, else 1."""
+    if setting == "auto":
+        return 2 if is_dmc(env_id) else 1
+    require(int(setting) >= 1, f"--action-repeat {setting}: must be at least 1 (1: no repeat), or auto")
+    return int(setting)
 
 
 def uses_clipped_double_q(setting: str, env_id: str) -> bool:
@@ -304,26 +342,46 @@ def make_agent(args: Args, vec_env: envs.TorchVectorEnv) -> SimbaSAC:
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
-    if args.gamma is None and not args.resume:  # recorded in the run's args
-        args.gamma = horizon_discount(envs.time_limit(args.env))
+    if not args.resume:  # both recorded in the run's args
+        args.action_repeat = resolve_action_repeat(args.action_repeat, args.env)
+        if args.gamma is None:
+            args.gamma = horizon_discount(envs.time_limit(args.env), args.action_repeat)
     run = Run(args, agent_file=__file__)
     args, device = run.args, run.device
+    action_repeat = int(args.action_repeat)
+    # global_step counts simulator steps, as the official code: num_envs x action_repeat per agent step.
+    steps_per_iteration = args.num_envs * action_repeat
 
-    vec_env = envs.make(args.env, args.num_envs, backend=args.backend, device=device, seed=args.seed + run.start_step)
+    vec_env = envs.make(
+        args.env,
+        args.num_envs,
+        backend=args.backend,
+        device=device,
+        seed=args.seed + run.start_step,
+        action_repeat=action_repeat,
+    )
     agent = make_agent(args, vec_env)
     # auto: on CUDA only; on a CPU the eager update measured as fast or faster (benchmarks/update_efficiency.py)
     long_run = args.total_timesteps >= COMPILE_FROM_STEPS
     use_compile = args.compile == "on" or (args.compile == "auto" and long_run and device.type == "cuda")
     learner = Learner(agent, args, run.autocast, compile=use_compile)
     rb = ReplayBuffer(args.buffer_size, vec_env.single_observation_space.shape, vec_env.single_action_space.shape, device)
-    updates_from = args.learning_starts
+    # --learning-starts counts transitions (agent steps), as the official buffer's min_length.
+    random_until = args.learning_starts * action_repeat
+    updates_from = random_until
     if run.checkpoint is not None:
         agent.load_state_dict(run.checkpoint["agent"])
         learner.load_state_dict(run.checkpoint["learner"])
         if not restore_buffer(run.checkpoint, rb):  # refill the buffer (current policy) before updating again
-            updates_from = run.start_step + args.learning_starts
+            updates_from = run.start_step + random_until
     updates_per_vector_step = max(1, round(args.updates_per_step * args.num_envs))
     print(f"gamma {args.gamma:.4g}, {'two critics, clipped double-Q' if agent.clipped_double_q else 'one critic'}")
+    print(
+        f"action repeat {action_repeat}: {args.total_timesteps} simulator steps = {args.total_timesteps // action_repeat} "
+        f"agent steps, {updates_per_vector_step / args.num_envs:g} updates per agent step "
+        f"({updates_per_vector_step / steps_per_iteration:g} per simulator step), "
+        f"{args.learning_starts} random transitions ({random_until} simulator steps)"
+    )
 
     run.watch(agent, vec_env)  # --capture-video films this policy
     global_step = run.start_step
@@ -333,7 +391,7 @@ if __name__ == "__main__":
     losses: dict[str, torch.Tensor] = {}
     while global_step < args.total_timesteps:
         # ---- act and store -----------------------------------------------------------------------
-        if global_step < args.learning_starts:
+        if global_step < random_until:
             action = vec_env.random_actions()
         else:
             with run.autocast():
@@ -342,7 +400,7 @@ if __name__ == "__main__":
         agent.obs_norm.update(next_obs)
         rb.add(obs, action, reward, info["final_obs"], terminated, truncated)
         obs = next_obs
-        global_step += args.num_envs
+        global_step += steps_per_iteration
         if episodes.add(info):
             run.log(global_step, episodes.metrics())
 
@@ -352,7 +410,7 @@ if __name__ == "__main__":
                 losses = learner.update(rb.sample(args.batch_size))
 
         # ---- logging and checkpoints -------------------------------------------------------------
-        if global_step % args.log_every < args.num_envs:
+        if global_step % args.log_every < steps_per_iteration:
             sps = run.sps(global_step)
             metrics = {"charts/SPS": sps, "charts/learning_rate": learner.critic_opt.param_groups[0]["lr"]}
             metrics.update({k: v.item() for k, v in losses.items()})

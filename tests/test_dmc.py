@@ -1,5 +1,5 @@
 """DeepMind Control Suite tasks (envs/dmc.py): the vector-env contract on dmc:cheetah-run, parity with
-the suite itself, and a short sac_simba run."""
+the suite itself, with and without action repeat, and a short sac_simba run (action repeat 2)."""
 
 import numpy as np
 import pytest
@@ -76,6 +76,32 @@ def test_observations_and_rewards_equal_the_suites_own():
         assert reward.item() == pytest.approx(timestep.reward, rel=1e-5, abs=1e-7)
 
 
+def test_action_repeat_2_steps_the_suite_twice_per_action_and_keeps_1000_step_episodes():
+    """SimBa's DMC setting: each action applied for 2 of the suite's steps, rewards summed; an episode
+    is 500 agent steps, its length and return counted over the suite's 1,000 steps."""
+    from dm_control import suite
+
+    vec = envs.make(TASK, 1, seed=7, action_repeat=2)
+    env = suite.load("cheetah", "run", task_kwargs={"random": 7})
+    flat = lambda observation: np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in observation.values()])
+    generator = torch.Generator().manual_seed(7)
+    obs, _ = vec.reset()
+    timestep = env.reset()
+    assert obs[0].numpy() == pytest.approx(flat(timestep.observation).astype(np.float32))
+    suite_return = 0.0
+    for agent_step in range(1, 501):
+        action = torch.rand(1, 6, generator=generator) * 2 - 1
+        obs, reward, terminated, truncated, info = vec.step(action)
+        first, second = env.step(action[0].numpy()), env.step(action[0].numpy())
+        suite_return += first.reward + second.reward
+        assert info["final_obs"][0].numpy() == pytest.approx(flat(second.observation).astype(np.float32), rel=1e-5, abs=1e-6)
+        assert reward.item() == pytest.approx(first.reward + second.reward, rel=1e-5, abs=1e-7)
+        assert truncated.item() == (agent_step == 500) and not terminated.item()
+    assert info["episode_length"].item() == 1000  # the suite's steps
+    assert info["episode_return"].item() == pytest.approx(suite_return, rel=1e-4)
+    vec.close()
+
+
 def test_seeded_resets_are_reproducible():
     first = envs.make(TASK, 2, seed=3).reset()[0]
     assert torch.equal(first, envs.make(TASK, 2, seed=3).reset()[0])
@@ -88,7 +114,7 @@ def test_the_env_checker_passes_a_dmc_task():
 
 
 @pytest.mark.slow
-def test_sac_simba_runs_on_a_dmc_task(tmp_path):
+def test_sac_simba_runs_on_a_dmc_task_with_action_repeat_2(tmp_path):
     run_dir = tmp_path / "run"
     proc = run_agent(
         "sac_simba",
@@ -112,16 +138,23 @@ def test_sac_simba_runs_on_a_dmc_task(tmp_path):
         "2",
         "--log-every",
         "500",
+        "--save-buffer",
         run_dir=run_dir,
     )
     progress = read_progress(run_dir)
-    assert [v for _, _, v in progress["charts/episodic_length"]] == [1000.0, 1000.0]
+    # 2,000 simulator steps are 1,000 agent steps at action repeat 2 (auto on dmc: ids), two episodes
+    # of 1,000 simulator steps; the buffer holds one transition per agent step, rewards summed over 2.
+    assert "action repeat 2: 2000 simulator steps = 1000 agent steps, 1 updates per agent step" in proc.stdout
+    assert "500 random transitions (1000 simulator steps)" in proc.stdout
+    assert [(s, v) for s, _, v in progress["charts/episodic_length"]] == [(1000, 1000.0), (2000, 1000.0)]
     assert all(0 <= v <= 1000 for _, _, v in progress["charts/episodic_return"])
     assert 0 <= progress["eval/return_mean"][-1][2] <= 1000
     checkpoint = load_checkpoint(run_dir)
-    assert checkpoint["global_step"] == 2000
+    assert checkpoint["global_step"] == 2000 and checkpoint["args"]["action_repeat"] == 2
+    rewards = checkpoint["buffer"]["rewards"]
+    assert len(rewards) == 1000 and rewards.max() > 1 and rewards.min() >= 0  # sums of two suite rewards in [0, 1]
     # SimBa's settings for DeepMind Control: one critic (no clipped double-Q), and the discount from the
-    # 1,000-step episodes, (200 - 1) / 200 with a horizon of L / 5.
-    assert "gamma 0.995, one critic" in proc.stdout and checkpoint["args"]["gamma"] == 0.995
+    # episode length in agent steps, L = 1000 / 2: (100 - 1) / 100 with a horizon of L / 5.
+    assert "gamma 0.99, one critic" in proc.stdout and checkpoint["args"]["gamma"] == 0.99
     returns = evaluate_run(str(run_dir), episodes=2)
     assert returns.shape == (2,) and np.all((returns >= 0) & (returns <= 1000))

@@ -8,6 +8,7 @@ from agent_runs import resume_agent, run_agent, run_until_first_checkpoint_then_
 
 from cleanrl_style import SimbaBlock
 from cleanrl_style.checkpoint import load_checkpoint
+from cleanrl_style.cli import UsageError
 from cleanrl_style.evaluate import evaluate_run, import_agent
 from cleanrl_style.logger import read_progress
 from cleanrl_style.replay import ReplayBuffer
@@ -98,6 +99,35 @@ def test_clipped_double_q_trains_two_critics_and_takes_their_min_else_one_critic
 def test_discount_from_the_episode_length_by_hand(time_limit, gamma):
     # clip((L/5 - 1) / (L/5), 0.95, 0.995): L/5 = 200 -> 0.995, 100 -> 0.99, 40 -> 0.975, 20 -> 0.95, 10 -> 0.9 -> 0.95
     assert simba.horizon_discount(time_limit) == pytest.approx(gamma)
+
+
+@pytest.mark.parametrize("time_limit, repeat, gamma", [(1000, 2, 0.99), (1000, 4, 0.98), (1000, 1, 0.995), (None, 2, 0.99)])
+def test_discount_counts_the_episode_in_agent_steps_under_action_repeat(time_limit, repeat, gamma):
+    # L = time_limit / repeat, as the official configs: DMC's 1,000 steps at repeat 2 are 500, L/5 = 100 -> 0.99
+    assert simba.horizon_discount(time_limit, repeat) == pytest.approx(gamma)
+
+
+def test_action_repeat_auto_is_2_on_deepmind_control_and_1_elsewhere_an_integer_forces_it():
+    assert simba.Args().action_repeat == "auto"
+    assert simba.resolve_action_repeat("auto", "dmc:cheetah-run") == 2
+    assert simba.resolve_action_repeat("auto", "dmc/walker-walk-v0") == 2
+    assert simba.resolve_action_repeat("auto", "Hopper") == 1
+    assert simba.resolve_action_repeat(1, "dmc:cheetah-run") == 1 and simba.resolve_action_repeat(3, "Hopper") == 3
+    with pytest.raises(UsageError, match="--action-repeat 0: must be at least 1"):
+        simba.resolve_action_repeat(0, "Hopper")
+
+
+def test_learning_starts_counts_transitions_and_must_leave_room_for_updates():
+    """--learning-starts counts agent steps (the official buffer's min_length), --total-timesteps simulator steps."""
+    args = simba.Args(env="dmc:cheetah-run", action_repeat=2, learning_starts=5_000, total_timesteps=8_000)
+    with pytest.raises(UsageError, match="10000 simulator steps, not fewer than --total-timesteps 8000"):
+        args.validate()
+    args = simba.Args(env="dmc:cheetah-run", action_repeat=2, learning_starts=5_000, total_timesteps=10_001)
+    args.validate()
+    assert args.action_repeat == 2
+    resumed_from_before_the_flag = simba.Args(env="dmc:cheetah-run")  # its saved args had no action_repeat
+    resumed_from_before_the_flag.validate()
+    assert resumed_from_before_the_flag.action_repeat == 1  # it acted on every step; it goes on doing so
 
 
 def test_log_prob_is_that_of_the_squashed_action_in_unit_bounds():
