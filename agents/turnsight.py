@@ -12,11 +12,16 @@ and sees the output before its next message); it runs on the tool suites alone a
 1. Hindsight block of horizon d for turn k: the calls (assistant messages) and tool outputs of
    turns k .. min(k+d-1, K) of the same rollout. A "turn" is one assistant message and the tool
    results it got back.
-2. Gap per policy token y of turn k: ``log pi_ref(y | context + hindsight_d) - log pi_theta(y | context)``;
-   the teacher pi_ref is the frozen initial policy, teacher-forced, no gradient.
+2. Gap per policy token y of turn k: ``log pi_T(y | context + hindsight_d) - log pi_theta(y | context)``;
+   the teacher pi_T is teacher-forced, without gradient: by default (``--teacher policy``) the
+   current policy itself, reading the hindsight (on-policy self-distillation: the gap measures
+   only what the hindsight changes); ``--teacher initial`` takes the frozen initial model, whose
+   gap also carries the policy's drift from it.
 3. Turn score: mean gap over the turn's policy tokens (tool and user tokens are not scored).
 4. Cross-horizon agreement over d in {1, 2, 3}: majority sign v of the scores; d* = the horizon
-   of largest |score| among those of sign v (no majority: score 0).
+   of largest |score| among those of sign v (no majority: score 0). Each distinct hindsight block
+   votes once: near the end of an episode, horizons that run past the last turn give the block of
+   a shorter one and do not vote again.
 5. ``z = (s - mean) / (std + eps)`` over all turns of all sibling rollouts of the task (its group).
 6. ``w = 1 + eps_w tanh(sign(A) z)``, ``A' = A ((1 - lam) + lam w)``, lam = eps_w = 0.5: w stays in
    [1 - eps_w, 1 + eps_w] and the factor is positive, so A' has the sign of A.
@@ -26,10 +31,13 @@ token t, ``l_t = -min(r_t A'_t, clip(r_t, 1 - c, 1 + c) A'_t)`` with A'_t the mo
 of the token's turn (no KL term by default), averaged per rollout, then over rollouts.
 
 Paper setup as defaults: 16 rollouts per task, at most 10 turns, temperature 1.0, no KL.
-Choices not fixed by the paper (flags or stated here): the hindsight block is given to the
-teacher as one extra user message after the context (``hindsight_header``), tool outputs in it
-are cut to ``hindsight_max_chars``; groups with zero advantage skip the teacher passes (their A'
-is 0 whatever w is); tokens outside any turn (none are trained) keep A. Logged:
+Choices not fixed by the paper (flags or stated here): the teacher (``--teacher``: the current
+policy under no_grad by default, the frozen initial model as the alternative; the initial model
+needs a second copy in memory unless LoRA's base serves); each distinct hindsight block votes once
+in the agreement; the hindsight block is given to the teacher as one extra user message after the
+context (``hindsight_header``), tool outputs in it are cut to ``hindsight_max_chars``; groups with
+zero advantage skip the teacher passes (their A' is 0 whatever w is); tokens outside any turn
+(none are trained) keep A. Logged:
 ``turnsight/weight_mean|std|min|max``, the agreement fraction and the chosen horizons, with
 GRPO's metrics.
 """
@@ -78,6 +86,10 @@ class Args(LLMRunArgs):
     """characters of each tool output kept in a hindsight block"""
     hindsight_header: str = "Hindsight: what the assistant did next and what the tools returned:"
     """first line of the hindsight message shown to the teacher"""
+    teacher: Literal["policy", "initial"] = "policy"
+    """who reads the hindsight: policy (the current policy, without gradient: on-policy
+    self-distillation, the score is the hindsight's effect alone) or initial (the frozen starting
+    model: the score also carries the policy's drift from it, and a second model stays in memory)"""
     clip_coef: float = 0.2
     """PPO clipping coefficient"""
     kl_coef: float = 0.0
@@ -96,17 +108,21 @@ class Args(LLMRunArgs):
 def select_horizon(scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Cross-horizon agreement. ``scores`` (turns, horizons) -> (chosen score, chosen horizon index, all-agree flag).
 
-    The majority sign v of each row's scores; among the horizons of sign v, the one with the largest
-    |score|. A row without a majority (equal counts of signs) gets score 0 and index -1.
+    NaN marks a horizon whose hindsight block is a shorter horizon's (it ran past the last turn):
+    it does not vote. The majority sign v of each row's votes; among the horizons of sign v, the one
+    with the largest |score| (the first on a tie). A row without a majority (as many positive as
+    negative votes) gets score 0 and index -1; it agrees when all its votes have one nonzero sign.
     """
-    signs = torch.sign(scores)
+    votes = ~scores.isnan()
+    signs = torch.where(votes, torch.sign(scores), torch.zeros_like(scores))
     majority = torch.sign(signs.sum(dim=1))
     eligible = (signs == majority.unsqueeze(1)) & (majority.unsqueeze(1) != 0)
     magnitude = torch.where(eligible, scores.abs(), torch.full_like(scores, -1.0))
     index = magnitude.argmax(dim=1)
     chosen = scores.gather(1, index.unsqueeze(1)).squeeze(1)
     has_majority = majority != 0
-    agree = (signs == signs[:, :1]).all(dim=1) & (signs[:, 0] != 0)
+    first = signs.gather(1, votes.long().argmax(dim=1, keepdim=True))  # the first vote's sign
+    agree = ((signs == first) | ~votes).all(dim=1) & (first.squeeze(1) != 0)
     return torch.where(has_majority, chosen, torch.zeros_like(chosen)), torch.where(has_majority, index, -1), agree
 
 
@@ -150,9 +166,11 @@ def turn_scores(
     progress: WorkProgress | None = None,
 ) -> list[torch.Tensor]:
     """Per rollout, a (turns, horizons) tensor: the mean over each turn's policy tokens of
-    ``log pi_ref(y | context + hindsight_d) - log pi_theta(y | context)``.
+    ``log pi_T(y | context + hindsight_d) - log pi_theta(y | context)``, with the teacher pi_T the
+    policy (``args.teacher == "policy"``) or the reference (``"initial"``).
 
-    Identical blocks (d past the last turn) are scored once."""
+    A horizon whose block is a shorter horizon's (d past the last turn) is NaN: scored once, it
+    votes once (``select_horizon``)."""
     jobs: dict[tuple[int, int, int], int] = {}
     sequences, masks = [], []
     for i, r in enumerate(rollouts):
@@ -168,22 +186,19 @@ def turn_scores(
                 jobs[key] = len(sequences)
                 sequences.append(prefix + y)
                 masks.append([False] * len(prefix) + [True] * len(y))
-    teacher = (
-        reference_logprobs(
-            policy,
-            reference,
-            sequences,
-            masks,
-            tokenizer.pad_token_id,
-            args.micro_batch_size,
-            temperature=args.temperature,
-            precision=args.precision,
-            progress=progress,
-            stage_name="hindsight teacher log-probs",
-        )
-        if sequences
-        else []
+    common = dict(
+        pad_id=tokenizer.pad_token_id,
+        micro_batch_size=args.micro_batch_size,
+        temperature=args.temperature,
+        precision=args.precision,
+        progress=progress,
+        stage_name="hindsight teacher log-probs",
     )
+    teacher: list[torch.Tensor] = []
+    if sequences and args.teacher == "policy":  # batched_logprobs runs without gradient: a stop-gradient teacher
+        teacher = batched_logprobs(policy, sequences, masks, **common)
+    elif sequences:
+        teacher = reference_logprobs(policy, reference, sequences, masks, **common)
     out = []
     for i, r in enumerate(rollouts):
         scores = torch.zeros(len(r.turns), len(args.horizons))
@@ -191,8 +206,14 @@ def turn_scores(
             if turn.end <= turn.start:
                 continue
             student_y = student[i][turn.start : turn.end]
+            blocks = set()
             for h, d in enumerate(args.horizons):
-                teacher_y = teacher[jobs[(i, k, min(k + d, len(r.turns)))]][-(turn.end - turn.start) :]
+                block = min(k + d, len(r.turns))
+                if block in blocks:
+                    scores[k, h] = float("nan")
+                    continue
+                blocks.add(block)
+                teacher_y = teacher[jobs[(i, k, block)]][-(turn.end - turn.start) :]
                 scores[k, h] = (teacher_y - student_y).mean()
         out.append(scores)
     return out
@@ -308,6 +329,7 @@ if __name__ == "__main__":
         lora_rank=args.lora_rank,
         lora_alpha=args.lora_alpha,
         checkpoint=run.checkpoint,
+        with_reference=args.kl_coef > 0 or args.teacher == "initial",
     )
     policy, tokenizer = setup.policy, setup.tokenizer
     family, settings, eval_settings = args.task_family(), args.rollout_settings(), args.eval_settings()

@@ -24,6 +24,7 @@ from llm_tiny_model import build_tiny_model, build_tokenizer  # noqa: E402
 from cleanrl_style.llm.generation import Sampling  # noqa: E402
 from cleanrl_style.llm.model import add_special_tokens  # noqa: E402
 from cleanrl_style.llm.rollout import EpisodeLimits, RolloutSettings, collect_rollouts, encode  # noqa: E402
+from cleanrl_style.llm.tokens import batched_logprobs  # noqa: E402
 from cleanrl_style.llm.train import group_reward_statistics  # noqa: E402
 from envs.text import ToolCall, format_calls  # noqa: E402
 from envs.text.families import make_task_family  # noqa: E402
@@ -299,3 +300,109 @@ def test_turnsight_advantages_modulate_each_turn_without_flipping_signs(tokenize
         assert (adv[outside] == a).all()
     assert 1 - args.eps_w <= stats["turnsight/weight_min"] <= stats["turnsight/weight_max"] <= 1 + args.eps_w
     assert stats["turnsight/modulated_turns"] == sum(len(r.turns) for r in rollouts[:3])
+
+
+def test_each_distinct_hindsight_block_votes_once():
+    """Horizons that run past the last turn repeat a shorter horizon's block (NaN in the scores) and
+    do not vote again: in a 3-turn episode, turn 2 of horizons 1, 2, 3 has the blocks {2}, {2, 3} and
+    {2, 3}, turn 3 has {3} three times. The chosen scores below are computed by hand."""
+    nan = float("nan")
+    scores = torch.tensor(
+        [
+            [-0.2, 0.3, nan],  # d=3 repeats d=2's block: one vote each, - and +, no majority: 0 (votes -,+,+ would give 0.3)
+            [0.4, nan, nan],  # the last turn: every horizon is the same block, one vote: 0.4, all agree
+            [-0.1, -0.5, nan],  # two votes, both -: -0.5 (d=2)
+            [0.2, -0.1, -0.3],  # three distinct blocks: majority -, the largest of them -0.3 (d=3)
+        ]
+    )
+    chosen, index, agree = turnsight.select_horizon(scores)
+    torch.testing.assert_close(chosen, torch.tensor([0.0, 0.4, -0.5, -0.3]))
+    assert index.tolist() == [-1, 0, 1, 2]
+    assert agree.tolist() == [False, True, True, False]
+
+
+def teacher_forced_logprobs(model, prompt: list[int], y: list[int], temperature: float) -> torch.Tensor:
+    """log softmax(logits / T) of each token of ``y`` after ``prompt``, from one plain forward pass."""
+    ids = torch.tensor([prompt + y])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0].float() / temperature
+    positions = torch.arange(len(prompt), len(prompt) + len(y))
+    return torch.log_softmax(logits[positions - 1], dim=-1)[torch.arange(len(y)), torch.tensor(y)]
+
+
+@pytest.fixture(scope="module")
+def multi_turn_rollouts(tokenizer, tasks):
+    policy = build_tiny_model(tokenizer, seed=0)
+    ids = [tasks.train_ids[0]] * 3 + [tasks.train_ids[1]] * 3
+    rollouts, _ = collect_rollouts(policy, tokenizer, tasks, ids, sampled(4, 3), seed=2)
+    assert max(len(r.turns) for r in rollouts) == 3 and min(len(r.turns) for r in rollouts) >= 2
+    return policy, rollouts
+
+
+@pytest.mark.parametrize("teacher", ["policy", "initial"])
+def test_turn_scores_equal_a_hand_computation(tokenizer, multi_turn_rollouts, teacher):
+    """Each (turn, horizon) score is the mean over the turn's tokens of the teacher's log-prob after the
+    context and the hindsight message, minus the policy's after the context alone; one plain forward
+    pass per sequence, by hand. ``--teacher policy`` reads the hindsight with the policy itself,
+    ``initial`` with the frozen starting model (here another random model)."""
+    from cleanrl_style.llm.rollout import chat_template_text
+
+    policy, rollouts = multi_turn_rollouts
+    initial = build_tiny_model(tokenizer, seed=1)
+    args = turnsight.Args(micro_batch_size=8, temperature=0.9, teacher=teacher)
+    student = [
+        torch.cat([torch.zeros(1), teacher_forced_logprobs(policy, r.tokens[:1], r.tokens[1:], args.temperature)])
+        for r in rollouts
+    ]
+    scores = turnsight.turn_scores(policy, initial, tokenizer, rollouts, student, args)
+    reader = policy if teacher == "policy" else initial
+    checked = 0
+    for r, s in zip(rollouts, scores):
+        assert s.shape == (len(r.turns), len(args.horizons))
+        for k, turn in enumerate(r.turns):
+            y = r.tokens[turn.start : turn.end]
+            seen = set()
+            for h, d in enumerate(args.horizons):
+                block = min(k + d, len(r.turns))
+                if block in seen:
+                    assert s[k, h].isnan()
+                    continue
+                seen.add(block)
+                prompt = encode(
+                    tokenizer,
+                    chat_template_text(tokenizer, turn.context_messages + [turnsight.hindsight_message(r, k, d, args)], True),
+                )
+                expected = teacher_forced_logprobs(reader, prompt, y, args.temperature) - teacher_forced_logprobs(
+                    policy, r.tokens[: turn.start], y, args.temperature
+                )
+                assert s[k, h].item() == pytest.approx(expected.mean().item(), abs=1e-4)
+                checked += 1
+    assert checked >= 2 * len(rollouts)
+
+
+def test_turnsight_advantages_follow_the_formula_turn_by_turn(tokenizer, multi_turn_rollouts):
+    """A'_k = A ((1 - lam) + lam (1 + eps_w tanh(sign(A) z_k))), z over the group's chosen turn scores,
+    computed by hand from the turn scores; a negative advantage takes the least blame on the turn the
+    hindsight endorses most."""
+    policy, rollouts = multi_turn_rollouts
+    args = turnsight.Args(micro_batch_size=8, lam=0.8, eps_w=0.9)
+    advantages = torch.tensor([1.0, -0.5, -0.5, -1.2, 0.6, 0.6])
+    token_adv, stats = turnsight.turnsight_advantages(policy, None, tokenizer, rollouts, advantages, 2, args)
+    sequences, masks = [r.tokens for r in rollouts], [r.policy_mask for r in rollouts]
+    student = batched_logprobs(policy, sequences, masks, tokenizer.pad_token_id, 8)
+    scores = turnsight.turn_scores(policy, None, tokenizer, rollouts, student, args)
+    for group in (range(0, 3), range(3, 6)):
+        chosen = [turnsight.select_horizon(scores[i])[0] for i in group]
+        flat = torch.cat(chosen)
+        z_all = (flat - flat.mean()) / (flat.std(unbiased=False) + args.norm_eps)
+        offset = 0
+        for i, s in zip(group, chosen):
+            z = z_all[offset : offset + len(s)]
+            offset += len(s)
+            a = float(advantages[i])
+            expected = a * ((1 - args.lam) + args.lam * (1 + args.eps_w * torch.tanh(math.copysign(1.0, a) * z)))
+            got = torch.stack([token_adv[i][turn.start] for turn in rollouts[i].turns])
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+            if a < 0 and z.max() - z.min() > 0.1:  # the endorsed turn (largest z) gets the smallest |A'|
+                assert got.abs().argmin() == z.argmax()
+    assert stats["turnsight/modulated_turns"] == sum(len(r.turns) for r in rollouts)

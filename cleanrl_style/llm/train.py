@@ -9,7 +9,7 @@
     export_model(run, setup.policy, setup.tokenizer)    # runs/<run>/model: a folder --model accepts
 
 The reference is the model the run started from (the initial policy for GRPO and TurnSight's
-teacher, the RCTP model for RC-GRPO): a frozen copy, or with LoRA the base model itself with the
+``--teacher initial``, the RCTP model for RC-GRPO): a frozen copy, or with LoRA the base model itself with the
 adapters switched off (no second copy in memory). On resume it is rebuilt from ``--model``, and
 only the trained weights and the optimizer come from the checkpoint. Weights and optimizer state
 are always float32; ``bf16`` precision is autocast around the forward passes.
@@ -33,7 +33,8 @@ from cleanrl_style.llm.tokens import TokenLoss, batched_logprobs, gradient_step
 
 @dataclass
 class PolicySetup:
-    """What ``build_policy`` returns: ``reference`` is None when LoRA provides it (adapters off)."""
+    """What ``build_policy`` returns: ``reference`` is None when LoRA provides it (adapters off),
+    or when it was not asked for (``with_reference=False``)."""
 
     policy: Any
     tokenizer: Any
@@ -60,9 +61,14 @@ def build_policy(
     lora_alpha: float = 32.0,
     special_tokens: Sequence[str] = (),
     checkpoint: dict[str, Any] | None = None,
+    with_reference: bool = True,
 ) -> PolicySetup:
     """Load ``model`` (empty: the offline SmolLM2), add ``special_tokens``, wrap with LoRA if
     ``lora_rank`` > 0, make the reference and an AdamW optimizer, restore ``checkpoint`` if given.
+
+    ``with_reference=False`` skips the frozen copy of a fully trained model (a second model's
+    memory) for a run that never reads the reference (no KL term); with LoRA the reference is the
+    adapter-free base either way.
 
     Raises:
         RuntimeError: the checkpoint's weights do not fit the model.
@@ -72,7 +78,7 @@ def build_policy(
     reference = None
     if lora_rank > 0:
         policy = add_lora(policy, lora_rank, lora_alpha, trainable_token_ids=token_ids or None)
-    else:
+    elif with_reference:
         reference = copy.deepcopy(policy).eval().requires_grad_(False)
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=weight_decay)
