@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import glob
 import hashlib
+import importlib
 import os
+import pickle
 import random
 import re
 import tempfile
@@ -33,7 +35,11 @@ _CHUNK = 1 << 22
 
 
 class CheckpointError(UsageError):
-    """A checkpoint that is empty, truncated or whose content no longer matches its hash."""
+    """A checkpoint that is empty, truncated, no longer matches its hash, or would run code to load."""
+
+
+class MissingCheckpointError(CheckpointError, FileNotFoundError):
+    """No checkpoint where one was asked for (a ``FileNotFoundError`` too, as callers may expect)."""
 
 
 class _HashingWriter:
@@ -120,19 +126,45 @@ def verify_checkpoint(path: str | os.PathLike) -> None:
         raise CheckpointError(f"{path} is corrupt: its content no longer matches the SHA-256 stored with it")
 
 
-def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu", verify: bool = True) -> dict[str, Any]:
+def _allowed_globals() -> list[Any]:
+    """What a checkpoint of this suite holds besides tensors and plain data: NumPy's RNG state, an
+    array of uint32 (and NumPy scalars, should an agent store one). Nothing here runs code on load."""
+    multiarray = importlib.import_module("numpy._core.multiarray" if hasattr(np, "_core") else "numpy.core.multiarray")
+    dtypes = [type(np.dtype(t)) for t in (np.uint32, np.int64, np.int32, np.float64, np.float32, np.bool_)]
+    return [
+        multiarray._reconstruct,
+        (multiarray._reconstruct, "numpy.core.multiarray._reconstruct"),  # as NumPy 1 pickled it
+        multiarray.scalar,
+        (multiarray.scalar, "numpy.core.multiarray.scalar"),
+        np.ndarray,
+        np.dtype,
+        *dtypes,
+    ]
+
+
+_UNSUPPORTED = re.compile(r"(?:unsupported|Unsupported global:) GLOBAL ([\w.]+)")
+
+
+def load_checkpoint(
+    path: str | os.PathLike, map_location: str | torch.device = "cpu", verify: bool = True, trust: bool = False
+) -> dict[str, Any]:
     """Load a checkpoint (a run folder or the file) after checking its content hash.
+
+    The file is unpickled with ``weights_only=True``: tensors, plain data and the NumPy types of
+    :func:`_allowed_globals`, never a callable that the file names. The hash proves the bytes are
+    intact, not who wrote them. ``trust`` (``--trust-checkpoint``) loads anything, as older
+    versions of this suite did: only for a file you made or trust.
 
     Raises:
         FileNotFoundError: nothing there.
-        CheckpointError: empty, truncated or corrupt; the message names the file, and the previous
-            checkpoint when that one is intact.
+        CheckpointError: empty, truncated or corrupt (the message names the file, and the previous
+            checkpoint when that one is intact); or holding other Python objects, without ``trust``.
     """
     path = Path(path)
     if path.is_dir():
         path = path / CHECKPOINT_NAME
     if not path.exists():
-        raise FileNotFoundError(
+        raise MissingCheckpointError(
             f"No checkpoint at {path}. A run writes {CHECKPOINT_NAME} into its folder under runs/ "
             "at every --checkpoint-every interval; pass that run folder."
         )
@@ -151,8 +183,19 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
                     f"(mv {previous} {path}) and resume from there."
                 ) from None
             raise
-    # weights_only=False: the checkpoint holds RNG states and argument dicts, written by this suite.
-    return torch.load(path, map_location=map_location, weights_only=False)
+    if trust:
+        return torch.load(path, map_location=map_location, weights_only=False)
+    try:
+        with torch.serialization.safe_globals(_allowed_globals()):
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        named = _UNSUPPORTED.search(str(error))
+        what = named.group(1) if named else "an object torch.load refuses with weights_only=True"
+        raise CheckpointError(
+            f"{path} holds a Python object beyond tensors and plain data ({what}), and loading it could run code "
+            "stored in the file; if you wrote it or trust its source, pass --trust-checkpoint "
+            "(load_checkpoint(..., trust=True))"
+        ) from None
 
 
 def remove_stale_temporaries(run_dir: str | os.PathLike) -> list[str]:

@@ -4,9 +4,11 @@
 unsupported space or backend) mean "the user asked for something that cannot work"; their
 message names the problem and the fix. ``Run`` installs :func:`install_error_handler`, so in an
 agent's process such an error, wherever it is raised, prints that one line instead of a
-traceback, removes a run directory this process created and has not yet checkpointed, and exits
-with status 2 (argparse's status for a usage error). Importing ``cleanrl_style.run`` installs it
-too, since an agent may look its env up before it makes its ``Run``.
+traceback, takes back what a run of this process wrote before its first checkpoint (the folders
+it created, or the files it added to a folder that was there; only while it holds the folder's
+lock, so the loser of a start race never touches the winner's folder), and exits with status 2
+(argparse's status for a usage error). Importing ``cleanrl_style.run`` installs it too, since an
+agent may look its env up before it makes its ``Run``.
 
 :func:`check_args` holds the checks of the flags that several agents share, by field name, so that
 each rule is written once; an agent checks the flags only it has in a ``validate()`` method of
@@ -17,11 +19,8 @@ the saved arguments).
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
 import sys
 import weakref
-from pathlib import Path
 from typing import Any
 
 
@@ -121,8 +120,9 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     return (UsageError, EnvRequestError)
 
 
-# Runs of this process, whose folders (``run.created_dirs``, deepest first) it created; removed if
-# a user error ends the process before the run's first checkpoint. Folders it did not create stay.
+# Runs of this process that hold their folder's lock and have not yet checkpointed; a user error
+# that ends the process takes back what each wrote (``run.discard()``): the folders it created, or
+# in a folder that was there before, only the files it added.
 _fresh_runs: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -132,17 +132,9 @@ def forget_on_user_error(run: Any) -> None:
 
 def _remove_fresh_run_directories() -> None:
     for run in list(_fresh_runs):
-        if getattr(run, "checkpointed", True) or not run.created_dirs:
-            continue
-        try:
-            run.close()
-        finally:
-            shutil.rmtree(Path(run.created_dirs[0]), ignore_errors=True)
-            for parent in run.created_dirs[1:]:
-                try:
-                    os.rmdir(parent)  # only while empty: another run may have appeared there meanwhile
-                except OSError:
-                    break
+        if not getattr(run, "checkpointed", True):
+            run.discard()
+        _fresh_runs.discard(run)
 
 
 def install_error_handler() -> None:

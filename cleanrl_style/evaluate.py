@@ -27,6 +27,7 @@ import tyro
 
 import envs
 from cleanrl_style.checkpoint import load_checkpoint
+from cleanrl_style.cli import UsageError, require
 from cleanrl_style.run import args_from_dict
 
 if TYPE_CHECKING:
@@ -87,9 +88,13 @@ def load_policy(agent_module, checkpoint: dict, vec_env: envs.TorchVectorEnv) ->
     return policy
 
 
-def load_run_policy(run_dir: str, device: str = "cpu"):
-    """The run's saved policy (normalizer statistics frozen), its checkpoint, and its env id."""
-    checkpoint = load_checkpoint(run_dir, map_location=device)
+def load_run_policy(run_dir: str, device: str = "cpu", trust: bool = False):
+    """The run's saved policy (normalizer statistics frozen), its checkpoint, and its env id.
+
+    ``trust``: load a checkpoint that holds more than tensors and plain data (see :func:`load_checkpoint`)."""
+    if not Path(run_dir).exists():
+        raise UsageError(f"{run_dir}: no such run folder; pass the folder of a run, e.g. runs/<run> (ls runs/)")
+    checkpoint = load_checkpoint(run_dir, map_location=device, trust=trust)
     agent = import_agent(checkpoint["agent_file"])
     env_id = checkpoint["args"]["env"]
     probe = envs.make(env_id, num_envs=1, backend="gymnasium", device=device)
@@ -99,13 +104,18 @@ def load_run_policy(run_dir: str, device: str = "cpu"):
     return policy, checkpoint, env_id
 
 
-def evaluate_run(run_dir: str, episodes: int = 10, seed: int = 12345, device: str = "cpu") -> np.ndarray:
-    policy, _, env_id = load_run_policy(run_dir, device)
+def evaluate_run(run_dir: str, episodes: int = 10, seed: int = 12345, device: str = "cpu", trust: bool = False) -> np.ndarray:
+    policy, _, env_id = load_run_policy(run_dir, device, trust)
     return evaluate_policy(policy.act, env_id, episodes=episodes, seed=seed, device=device)
 
 
 def film_run(
-    run_dir: str, episodes: int = 1, seed: int = 12345, device: str = "cpu", size: tuple[int, int] = (256, 256)
+    run_dir: str,
+    episodes: int = 1,
+    seed: int = 12345,
+    device: str = "cpu",
+    size: tuple[int, int] = (256, 256),
+    trust: bool = False,
 ) -> list[Episode]:
     """MP4s of the first ``episodes`` evaluation episodes under ``<run>/videos/``, also in the run's TensorBoard.
 
@@ -116,7 +126,7 @@ def film_run(
 
     from cleanrl_style.video import VideoRecorder, add_to_tensorboard
 
-    policy, checkpoint, env_id = load_run_policy(run_dir, device)
+    policy, checkpoint, env_id = load_run_policy(run_dir, device, trust)
     step = int(checkpoint["global_step"])
     recorder = VideoRecorder(env_id, Path(run_dir) / "videos", *size)
     filmed = []
@@ -149,18 +159,25 @@ class EvaluateArgs:
     """with --capture-video: how many of the evaluation episodes to film (the first ones)"""
     video_size: tuple[int, int] = (256, 256)
     """with --capture-video: width and height in pixels (even numbers)"""
+    trust_checkpoint: bool = False
+    """load a checkpoint that holds Python objects beyond tensors and plain data (as older versions
+    wrote), which runs code stored in the file; only for checkpoints you made or trust"""
 
 
 def main(argv: list[str] | None = None) -> None:
     args = tyro.cli(EvaluateArgs, args=argv)
+    require(args.episodes >= 1, f"--episodes {args.episodes}: must be at least 1")
     if args.capture_video:
+        require(args.video_episodes >= 1, f"--video-episodes {args.video_episodes}: must be at least 1")
         from cleanrl_style.video import check_rendering
 
         check_rendering()  # a machine that cannot render fails before the evaluation, not after
-    returns = evaluate_run(args.run, args.episodes, args.seed, args.device)
+    returns = evaluate_run(args.run, args.episodes, args.seed, args.device, args.trust_checkpoint)
     print(f"{args.run}: return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} episodes")
     if args.capture_video:
-        for i, episode in enumerate(film_run(args.run, args.video_episodes, args.seed, args.device, args.video_size)):
+        for i, episode in enumerate(
+            film_run(args.run, args.video_episodes, args.seed, args.device, args.video_size, args.trust_checkpoint)
+        ):
             summary = f"{episode.length} steps, return {episode.episode_return:.1f}; evaluation episode {i}"
             print(f"video: {episode.path} ({summary})")
 

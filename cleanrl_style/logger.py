@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cleanrl_style.cli import UsageError
+
 CSV_NAME = "progress.csv"
 CSV_FIELDS = ("step", "time", "metric", "value")
 
@@ -86,14 +88,22 @@ class RunLogger:
         if track:
             import wandb
 
-            self.wandb = wandb.init(
-                project=wandb_project,
-                name=self.run_dir.name,
-                config=dict(config),
-                dir=str(self.run_dir),
-                resume="allow",
-                id=self.run_dir.name.replace("/", "_")[:128],
-            )
+            try:
+                self.wandb = wandb.init(
+                    project=wandb_project,
+                    name=self.run_dir.name,
+                    config=dict(config),
+                    dir=str(self.run_dir),
+                    resume="allow",
+                    id=self.run_dir.name.replace("/", "_")[:128],
+                )
+            except wandb.errors.Error as error:  # no API key, a refused login, no connection...
+                self._csv_file.close()
+                self.writer.close()
+                raise UsageError(
+                    f"--track: Weights & Biases did not start ({error}); run `wandb login` or set WANDB_API_KEY, "
+                    "or log locally with WANDB_MODE=offline, or drop --track"
+                ) from None
 
     @property
     def elapsed(self) -> float:

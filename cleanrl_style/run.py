@@ -20,6 +20,8 @@ import fcntl
 import json
 import os
 import re
+import shlex
+import shutil
 import sys
 import time
 import warnings
@@ -41,7 +43,7 @@ from cleanrl_style.checkpoint import (
     set_rng_states,
 )
 from cleanrl_style.cli import UsageError, check_args, flag, forget_on_user_error, install_error_handler
-from cleanrl_style.logger import RunLogger, read_progress
+from cleanrl_style.logger import CSV_NAME, RunLogger, read_progress
 from cleanrl_style.progress import Progress
 from cleanrl_style.video import VideoRecorder
 
@@ -84,6 +86,9 @@ class BaseRunArgs:
     """show a progress bar on the terminal (without one, plain progress lines are printed instead)"""
     progress_every: float = 30.0
     """seconds between two plain progress lines, printed when there is no bar (log files, sweeps); 0: none"""
+    trust_checkpoint: bool = False
+    """with --resume: also load a checkpoint that holds Python objects beyond tensors and plain data (as
+    older versions wrote), which runs code stored in the file; only for checkpoints you made or trust"""
     precision: Literal["fp32", "bf16"] = "fp32"
     """arithmetic of the networks' forward and backward passes: fp32, or bf16 autocast (weights,
     gradients and optimizer state stay float32; on CPUs with AVX-512 BF16 or AMX, and on GPUs)"""
@@ -92,7 +97,8 @@ class BaseRunArgs:
     # from the saved run's is refused. A larger --total-timesteps extends a run.
     resume_may_change: ClassVar[frozenset[str]] = frozenset(
         {"total_timesteps", "checkpoint_every", "eval_episodes", "progress_bar", "progress_every", "torch_threads", "device",
-         "backend", "compile", "track", "wandb_project", "capture_video", "video_every", "video_size", "resume"}
+         "backend", "compile", "track", "wandb_project", "capture_video", "video_every", "video_size", "resume",
+         "trust_checkpoint"}
     )  # fmt: skip
 
 
@@ -184,6 +190,38 @@ def _lock_run_directory(run_dir: Path) -> int:
     return fd
 
 
+def _make_run_directory(run_dir: Path, what: str) -> list[Path]:
+    """Create ``run_dir`` and its missing parents; return the folders this call made, deepest first.
+
+    Each is made with one ``mkdir``, so of two runs started at once on a new folder exactly one
+    made it; the other finds it there and never counts it as its own.
+    """
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UsageError(f"{what} {run_dir}: a file, not a folder; give the path of a folder (new, or empty)")
+    missing = [d for d in (run_dir, *run_dir.parents) if not d.exists()]
+    made = []
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder)
+            made.append(folder)
+        except FileExistsError:
+            if not folder.is_dir():
+                raise UsageError(f"{what} {run_dir}: {folder} is a file, not a folder; choose another path") from None
+        except OSError as error:
+            raise UsageError(
+                f"{what} {run_dir}: cannot be created ({error.strerror}: {folder}); choose a folder you can write to"
+            ) from None
+    return made[::-1]
+
+
+def _check_tracking() -> None:
+    """--track needs wandb installed; the W&B key itself is wandb.init's to find (RunLogger)."""
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is None:
+        raise UsageError("--track needs wandb: pip install wandb (or drop --track)")
+
+
 class Run:
     """One training run: folder, seeding, logger, progress bar, checkpoint save/restore."""
 
@@ -192,6 +230,8 @@ class Run:
         self.agent_file = os.path.abspath(agent_file)
         self.checkpoint: dict[str, Any] | None = None
         self.checkpointed = False
+        self.created_dirs: list[Path] = []  # folders this run made (deepest first); a resume makes none
+        self._files_before: set[str] | None = None
         if args.resume:
             self.dir = Path(args.resume)
             if not (self.dir / "args.json").exists():
@@ -203,14 +243,27 @@ class Run:
             check_args(args)
             self._lock_fd: int | None = _lock_run_directory(self.dir)
             remove_stale_temporaries(self.dir)
-            if (self.dir / CHECKPOINT_NAME).exists():
-                self.checkpoint = load_checkpoint(self.dir / CHECKPOINT_NAME, map_location=args.device)
-                step = int(self.checkpoint["global_step"])
-                if args.total_timesteps < step:
-                    raise UsageError(
-                        f"--total-timesteps {args.total_timesteps}: the run is already at step {step}; "
-                        "pass a larger value to extend it, or none to finish it as saved"
-                    )
+            if not (self.dir / CHECKPOINT_NAME).exists():
+                self._release_lock()
+                raise UsageError(
+                    f"--resume {self.dir}: no checkpoint there (its run ended before its first one, written every "
+                    f"--checkpoint-every {args.checkpoint_every} steps), so nothing to resume; start a new run with "
+                    f"another --run-dir, or delete the folder (rm -r {shlex.quote(str(self.dir))}) and start again"
+                )
+            try:
+                self.checkpoint = load_checkpoint(
+                    self.dir / CHECKPOINT_NAME, map_location=args.device, trust=args.trust_checkpoint
+                )
+            except UsageError:
+                self._release_lock()
+                raise
+            step = int(self.checkpoint["global_step"])
+            if args.total_timesteps < step:
+                self._release_lock()
+                raise UsageError(
+                    f"--total-timesteps {args.total_timesteps}: the run is already at step {step}; "
+                    "pass a larger value to extend it, or none to finish it as saved"
+                )
             updated_json = json.dumps(dataclasses.asdict(args), indent=2, default=str)
             if json.loads(updated_json) != json.loads(saved_json):  # flags changed on resume are part of the run now
                 tmp = self.dir / "args.json.tmp"
@@ -223,15 +276,16 @@ class Run:
             env_name = re.sub(r"[:/ ]", "-", args.env)  # module:EnvId, text/ToolUse-v0, tools:bank
             name = f"{env_name}__{args.exp_name}__{args.seed}__{int(time.time())}"
             self.dir = Path(args.run_dir) if args.run_dir else RUNS_DIR / name
-            if (self.dir / CHECKPOINT_NAME).exists():
-                raise UsageError(
-                    f"{self.dir} already holds a run; pass --resume {self.dir} to continue it, or another --run-dir."
-                )
-            # The folders created here (runs/ too, the first time) go again if a user error ends the process early.
-            self.created_dirs = [d for d in (self.dir, *self.dir.parents) if not d.exists()]
-            self.dir.mkdir(parents=True, exist_ok=True)
-            forget_on_user_error(self)
+            if args.track:
+                _check_tracking()
+            what = "--run-dir" if args.run_dir else "run folder"
+            self.created_dirs = _make_run_directory(self.dir, what)
+            before = set(os.listdir(self.dir))
+            # The loser of a start race raises here and so never owns (nor removes) the folder.
             self._lock_fd = _lock_run_directory(self.dir)
+            self._refuse_unless_new(self.dir)
+            self._files_before = None if self.created_dirs else before
+            forget_on_user_error(self)  # from here a user error takes back what this run wrote
             remove_stale_temporaries(self.dir)
         self.args = args
         self.name = self.dir.name
@@ -262,6 +316,10 @@ class Run:
         provenance.append_record(
             self.dir, {**provenance.describe(Path(self.agent_file).parent, args.device), "start_step": self.start_step}
         )
+        if self.checkpoint is not None:
+            print(f"resuming {self.dir} from step {self.start_step:,}", flush=True)
+        else:
+            print(f"run folder: {self.dir}", flush=True)
         self._progress = Progress(args.total_timesteps, self.start_step, bar=args.progress_bar, every=args.progress_every)
         self.video: VideoRecorder | None = None
         self._watched: tuple[Any, Any] | None = None
@@ -310,6 +368,7 @@ class Run:
         --capture-video: the policy is filmed now (unless the run resumes) and after every --video-every
         training episodes. Does nothing without --capture-video."""
         self._watched = (policy, vec_env)
+        provenance.update_last_record(self.dir, provenance.env_record(vec_env))
         self._next_video_episode = self.args.video_every
         if self.video is not None and self.start_step == 0:
             self._film(policy, 0)
@@ -372,15 +431,72 @@ class Run:
         print(f"evaluation over {episodes} episodes: {returns.mean():.1f} +- {returns.std():.1f}")
 
     def close(self) -> None:
-        # Also called on a Run that a user error cut short while it was being made (cleanrl_style.cli).
+        """End the run: the last progress line, the logs closed, the folder unlocked, and where it all is."""
+        self._close()
+        if self.checkpointed and not getattr(self, "_told_where", False):
+            self._told_where = True
+            print(f"run folder: {self.dir}", flush=True)
+            if isinstance(self.args, RunArgs):  # agents with make_agent(); cleanrl_style.evaluate rebuilds them
+                print(f"evaluate it: python -m cleanrl_style.evaluate {shlex.quote(str(self.dir))}", flush=True)
+
+    def _close(self) -> None:
+        # Also called on a Run that a user error cut short while it was being made (discard).
         if getattr(self, "_progress", None) is not None:
             self._progress.close()
         video = getattr(self, "video", None)
         if video is not None:
             video.close()
-        if hasattr(self, "logger"):
-            self.logger.close()
+            self.video = None
+        logger = getattr(self, "logger", None)
+        if logger is not None:
+            logger.close()
+            del self.logger
+        self._release_lock()  # the run directory is free for another writer
+
+    def _release_lock(self) -> None:
         lock_fd = getattr(self, "_lock_fd", None)
         if lock_fd is not None:
-            os.close(lock_fd)  # the run directory is free for another writer
+            os.close(lock_fd)
             self._lock_fd = None
+
+    def _refuse_unless_new(self, run_dir: Path) -> None:
+        """Refuse a folder that holds a run: its logs would be mixed with this run's (called with the lock held)."""
+        if (run_dir / CHECKPOINT_NAME).exists():
+            problem = f"{run_dir} already holds a run; pass --resume {run_dir} to continue it, or another --run-dir"
+        elif (run_dir / "args.json").exists() or (run_dir / CSV_NAME).exists():
+            problem = (
+                f"{run_dir} holds the logs of a run that ended before its first checkpoint (no checkpoint to resume "
+                f"from); choose another --run-dir, or delete the folder (rm -r {shlex.quote(str(run_dir))}) and start again"
+            )
+        else:
+            return
+        self._release_lock()
+        raise UsageError(problem)
+
+    def discard(self) -> None:
+        """Take back what this run wrote: a user error ended it before its first checkpoint.
+
+        The folders it created go; in a folder that was there before, only the files it added. The
+        lock is held until they are gone, so that no other run starts there in between.
+        """
+        lock_fd, self._lock_fd = getattr(self, "_lock_fd", None), None
+        if lock_fd is None:  # closed, or never held the lock: nothing there is this run's to take back
+            return
+        try:
+            self._close()
+            if self.created_dirs:
+                shutil.rmtree(self.created_dirs[0], ignore_errors=True)
+                for parent in self.created_dirs[1:]:
+                    try:
+                        os.rmdir(parent)  # only while empty: another run may have appeared there meanwhile
+                    except OSError:
+                        break
+            elif self._files_before is not None:
+                for name in set(os.listdir(self.dir)) - self._files_before:
+                    path = self.dir / name
+                    if path.is_dir() and not path.is_symlink():
+                        shutil.rmtree(path, ignore_errors=True)
+                    else:
+                        path.unlink(missing_ok=True)
+        finally:
+            os.close(lock_fd)

@@ -71,6 +71,7 @@ def test_an_env_error_raised_after_the_run_folder_exists_removes_the_folder_it_c
     proc = agent("sac_nap", "--env", "Hopper", "--backend", "bullet", "--run-dir", str(kept), cwd=tmp_path)
     assert_usage_error(proc, "Unknown backend 'bullet'")
     assert (kept / "notes.txt").read_text() == "mine"  # a folder it did not create is never removed
+    assert sorted(p.name for p in kept.iterdir()) == ["notes.txt"]  # only what the failed run wrote there goes
 
 
 # ---- one writer per run directory ----------------------------------------------------------------
@@ -99,7 +100,9 @@ def test_a_second_writer_is_refused_with_the_holders_pid_and_the_kernel_frees_th
     holder.send_signal(signal.SIGKILL)
     holder.wait()
     holder.stdout.close()
-    Run(Args(env="Pendulum", run_dir=str(run_dir), progress_bar=False), agent_file="ppo_nap.py").close()
+    # The lock is free again: what refuses this run now is the first run's logs, looked at under the lock.
+    with pytest.raises(UsageError, match="ended before its first checkpoint"):
+        Run(Args(env="Pendulum", run_dir=str(run_dir), progress_bar=False), agent_file="ppo_nap.py")
 
 
 # ---- checkpoints ---------------------------------------------------------------------------------
@@ -201,3 +204,101 @@ def test_clipping_maps_nan_to_zero_and_inf_to_the_bounds():
         expected = reference.step(torch.tensor([[same_as]]))
         got = clipping.step(torch.tensor([[bad]]))
         assert torch.equal(expected[0], got[0]) and torch.equal(expected[1], got[1])
+
+
+# ---- run folders: never lose or mix a run's data ------------------------------------------------
+
+
+def _args(run_dir, **kw):
+    from ppo_nap import Args
+
+    return Args(env="Pendulum", run_dir=str(run_dir), progress_bar=False, **kw)
+
+
+def test_the_run_that_loses_the_start_race_leaves_the_winners_folder_alone(tmp_path, monkeypatch):
+    """Two runs started at once on a new folder: the loser may be the one that made the folder, but
+    the lock's holder owns it, so the loser's clean-up must not remove it."""
+    import cleanrl_style.run as run_module
+    from cleanrl_style import cli
+
+    run_dir = tmp_path / "new"
+    lock = run_module._lock_run_directory
+    winner = []
+
+    def the_other_run_locks_first(directory):  # between this run's mkdir and its lock
+        winner.append(subprocess.Popen(
+            [sys.executable, "-c", "import sys, time; sys.path.insert(0, 'agents'); from ppo_nap import Args; "
+             "from cleanrl_style import Run; Run(Args(env='Pendulum', run_dir=sys.argv[1], progress_bar=False), "
+             "agent_file='ppo_nap.py'); print('started', flush=True); time.sleep(600)", str(run_dir)],
+            cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True,
+        ))  # fmt: skip
+        while winner[0].stdout.readline().strip() != "started":  # after its "run folder: ..."
+            assert winner[0].poll() is None
+        return lock(directory)
+
+    monkeypatch.setattr(run_module, "_lock_run_directory", the_other_run_locks_first)
+    try:
+        try:
+            Run(_args(run_dir), agent_file="ppo_nap.py")
+        except UsageError as error:
+            assert "is in use" in str(error)
+            cli._remove_fresh_run_directories()  # what the error handler does, while the loser's frame is alive
+        else:
+            pytest.fail("the second run took the lock")
+        assert (run_dir / "args.json").exists() and (run_dir / "progress.csv").exists() and winner[0].poll() is None
+    finally:
+        winner[0].kill()
+        winner[0].wait()
+        winner[0].stdout.close()
+
+
+def test_a_new_run_into_the_folder_of_a_run_that_died_before_its_first_checkpoint_is_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    dead = Run(_args(run_dir, seed=7), agent_file="ppo_nap.py")
+    for step in (100, 200):
+        dead.log(step, {"charts/SPS": 1.0})
+    dead.close()  # killed before any checkpoint
+    logged, saved = (run_dir / "progress.csv").read_text(), (run_dir / "args.json").read_text()
+    with pytest.raises(UsageError, match=r"no checkpoint.*another --run-dir.*rm -r"):
+        Run(_args(run_dir), agent_file="ppo_nap.py")
+    assert (run_dir / "progress.csv").read_text() == logged and (run_dir / "args.json").read_text() == saved
+
+
+def test_resume_of_a_folder_without_a_checkpoint_is_refused(tmp_path):
+    run_dir = tmp_path / "run"
+    Run(_args(run_dir), agent_file="ppo_nap.py").close()  # killed before its first checkpoint
+    with pytest.raises(UsageError, match=r"--resume .*: no checkpoint"):
+        Run(_args("", resume=str(run_dir)), agent_file="ppo_nap.py")
+
+
+def test_a_run_dir_that_is_a_file_or_cannot_be_made_is_a_usage_error(tmp_path):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    with pytest.raises(UsageError, match="--run-dir .*notes.txt: a file"):
+        Run(_args(a_file), agent_file="ppo_nap.py")
+    with pytest.raises(UsageError, match="--run-dir .*cannot be created"):
+        Run(_args(a_file / "run"), agent_file="ppo_nap.py")
+    with pytest.raises(UsageError, match="--run-dir .*cannot be created"):
+        Run(_args("/proc/no-such-process/run"), agent_file="ppo_nap.py")
+    assert a_file.read_text() == "mine"
+
+
+def test_track_without_a_wandb_key_is_one_line_and_leaves_no_run_folder(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(tmp_path), CLEANRL_STYLE_RUNS=str(tmp_path / "runs"), PYTHONWARNINGS="ignore")
+    env.update(WANDB_CONFIG_DIR=str(tmp_path / "wandb_config"), WANDB_CACHE_DIR=str(tmp_path / "wandb_cache"))
+    command = [sys.executable, str(REPO_ROOT / "agents" / "ppo_nap.py"), *FAST_PPO, "--track"]
+    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert_usage_error(proc, "--track", "wandb login", "WANDB_MODE=offline")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_resumed_run_says_from_which_step_and_every_run_names_its_folder(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    run = Run(_args(run_dir), agent_file="ppo_nap.py")
+    run.save(64, agent={})
+    run.close()
+    out = capsys.readouterr().out
+    assert f"run folder: {run_dir}" in out and f"python -m cleanrl_style.evaluate {run_dir}" in out
+    Run(_args("", resume=str(run_dir)), agent_file="ppo_nap.py").close()
+    assert f"resuming {run_dir} from step 64" in capsys.readouterr().out
