@@ -711,7 +711,7 @@ def curves_figure(
                 seed,
                 smooth_window,
                 points=None if sparse else 100,
-                label=label,
+                label=f"{label} (n={len(group)})",
                 linestyle="--" if group[0].reference else "-",
                 marker="o" if sparse else None,
             )
