@@ -74,7 +74,7 @@ from cleanrl_style import (
     compile_or_eager,
     layer_init,
 )
-from cleanrl_style.cli import require
+from cleanrl_style.cli import check_range, require
 from cleanrl_style.ensemble import Ensemble
 from cleanrl_style.replay import Batch, ReplayBuffer, buffer_checkpoint, restore_buffer
 from envs.dmc import is_dmc
@@ -144,6 +144,9 @@ class Args(RunArgs):
             f"{random_steps} simulator steps, not fewer than --total-timesteps {self.total_timesteps}: the run would end "
             "before its first update; raise --total-timesteps or lower --learning-starts",
         )
+        require(min(self.actor_width, self.critic_width) >= 1, "--actor-width and --critic-width: widths of 1 or more")
+        require(min(self.actor_blocks, self.critic_blocks) >= 0, "--actor-blocks and --critic-blocks: 0 or more blocks")
+        check_range("target_entropy_scale", self.target_entropy_scale, 0, float("inf"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -107,6 +107,7 @@ from torch import nn
 
 import envs
 from cleanrl_style import EpisodeStats, FlatParameters, Run, RunArgs, compile_or_eager
+from cleanrl_style.cli import check_range, require
 from cleanrl_style.ensemble import Ensemble
 from cleanrl_style.replay import Batch, FadingReplayBuffer, buffer_checkpoint, fading_tanh, restore_buffer
 from cleanrl_style.sorting import sort_rows
@@ -168,6 +169,17 @@ class Args(RunArgs):
     """put the replay buffer in the checkpoints, so a resumed run keeps its data (large files)"""
     log_every: int = 1_000
     """log losses every this many environment steps"""
+
+    def validate(self) -> None:
+        """Refuse values the update cannot use (called by Run, after --resume); shared flags: cleanrl_style.cli."""
+        require(
+            self.hidden >= 1 and self.critic_nodes >= 1,
+            f"--hidden {self.hidden}, --critic-nodes {self.critic_nodes}: widths of 1 or more",
+        )
+        check_range("grad_dropout", self.grad_dropout, 0, 1, high_in=False)
+        check_range("advantage_smoothing", self.advantage_smoothing, 0, 1)
+        for beta in self.betas:
+            check_range("betas", beta, 0, 1, high_in=False)
 
 
 # ---------------------------------------------------------------------------------------------

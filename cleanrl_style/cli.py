@@ -19,6 +19,7 @@ the saved arguments).
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import weakref
 from typing import Any
@@ -54,7 +55,25 @@ _AT_LEAST_ONE = (
     "video_every",
 )
 _AT_LEAST_ZERO = ("seed", "eval_episodes", "torch_threads", "learning_starts", "warmup_steps", "eval_every", "progress_every")
-_POSITIVE_FLOATS = ("learning_rate", "policy_lr", "q_lr", "alpha_lr", "updates_per_step")
+_POSITIVE_FLOATS = ("learning_rate", "policy_lr", "q_lr", "alpha_lr", "updates_per_step", "clip_coef", "max_grad_norm",
+                    "alpha", "adv_eps", "target_kl")  # fmt: skip
+_NON_NEGATIVE_FLOATS = ("weight_decay", "ent_coef", "vf_coef", "kl_coef")
+# (low, high, low included, high included); a value outside makes the update diverge or meaningless.
+_INTERVALS = {
+    "gamma": (0.0, 1.0, False, True),  # a discount factor
+    "tau": (0.0, 1.0, False, True),  # the target networks' Polyak step
+    "gae_lambda": (0.0, 1.0, True, True),
+}
+_WIDTHS = ("hidden_sizes",)  # layer widths, each at least 1
+
+
+def check_range(name: str, value: float, low: float, high: float, low_in: bool = True, high_in: bool = True) -> None:
+    """Raise :class:`UsageError` naming ``--name`` unless ``value`` lies in the interval (and is finite)."""
+    inside = (
+        math.isfinite(value) and (low <= value if low_in else low < value) and (value <= high if high_in else value < high)
+    )
+    interval = f"{'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}"
+    require(inside, f"{flag(name)} {value}: must lie in {interval}")
 
 
 def check_args(args: Any) -> None:
@@ -73,11 +92,28 @@ def check_args(args: Any) -> None:
             value = getattr(args, name)
             require(value >= 0, f"{flag(name)} {value}: must be 0 or more")
     for name in _POSITIVE_FLOATS:
+        value = getattr(args, name, None)  # None: off, or an agent's own default derived later
+        if name in fields and value is not None:
+            require(value > 0 and math.isfinite(value), f"{flag(name)} {value}: must be greater than 0 (and finite)")
+    for name in _NON_NEGATIVE_FLOATS:
         if name in fields:
             value = getattr(args, name)
-            require(value > 0, f"{flag(name)} {value}: must be greater than 0")
-    if "gamma" in fields and args.gamma is not None:  # None: an agent's own default, derived later
-        require(0 <= args.gamma <= 1, f"--gamma {args.gamma}: a discount factor lies in [0, 1]")
+            require(value >= 0 and math.isfinite(value), f"{flag(name)} {value}: must be 0 or more (and finite)")
+    for name, (low, high, low_in, high_in) in _INTERVALS.items():
+        if name in fields and getattr(args, name) is not None:
+            check_range(name, getattr(args, name), low, high, low_in, high_in)
+    for name in _WIDTHS:
+        if name in fields:
+            widths = getattr(args, name)
+            require(
+                len(widths) > 0 and all(w >= 1 for w in widths),
+                f"{flag(name)} {widths}: give one width of 1 or more per layer",
+            )
+    if "log_std_min" in fields and "log_std_max" in fields:
+        require(
+            math.isfinite(args.log_std_min) and math.isfinite(args.log_std_max) and args.log_std_min < args.log_std_max,
+            f"--log-std-min {args.log_std_min} and --log-std-max {args.log_std_max}: the minimum must be below the maximum",
+        )
     if "device" in fields:
         _check_device(args.device)
     validate = getattr(args, "validate", None)

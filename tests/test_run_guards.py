@@ -50,7 +50,52 @@ CLI_ERRORS = [
     ("sac_simba", ["--env", "Nope"], ["Unknown env 'Nope'"]),  # raised before the agent makes its Run
     ("symphony", ["--total-timesteps", "1000"], ["not more than --warmup-steps 10240"]),
     ("sac_nap", ["--env", "Hopper", "--backend", "bullet"], ["Unknown backend 'bullet'"]),
+    ("sac_nap", ["--tau", "-3"], ["--tau -3.0: must lie in (0, 1]"]),
 ]
+
+
+OUT_OF_RANGE = [
+    ("sac_nap", "tau", 1.5, "(0, 1]"),
+    ("sac_simba", "tau", 0.0, "(0, 1]"),
+    ("symphony", "tau", float("nan"), "(0, 1]"),
+    ("ppo_nap", "gamma", 0.0, "(0, 1]"),
+    ("sac_nap", "gamma", 1.01, "(0, 1]"),
+    ("ppo_nap", "gae_lambda", -0.1, "[0, 1]"),
+    ("ppo_nap", "learning_rate", 0.0, "greater than 0"),
+    ("sac_nap", "q_lr", float("inf"), "greater than 0"),
+    ("sac_nap", "alpha", -1.0, "greater than 0"),
+    ("ppo_nap", "clip_coef", -0.2, "greater than 0"),
+    ("ppo_nap", "max_grad_norm", 0.0, "greater than 0"),
+    ("ppo_nap", "target_kl", -0.01, "greater than 0"),
+    ("ppo_nap", "ent_coef", -1.0, "0 or more"),
+    ("sac_simba", "weight_decay", -0.01, "0 or more"),
+    ("ppo_nap", "hidden_sizes", (64, 0), "one width of 1 or more"),
+    ("sac_nap", "hidden_sizes", (), "one width of 1 or more"),
+    ("sac_nap", "log_std_min", 3.0, "the minimum must be below the maximum"),
+    ("sac_nap", "batch_size", 0, "must be at least 1"),
+    ("sac_simba", "critic_width", 0, "widths of 1 or more"),
+    ("sac_simba", "actor_blocks", -1, "0 or more blocks"),
+    ("sac_simba", "target_entropy_scale", -0.5, "[0, inf]"),
+    ("symphony", "grad_dropout", 1.0, "[0, 1)"),
+    ("symphony", "advantage_smoothing", 1.5, "[0, 1]"),
+    ("symphony", "betas", (0.9, 1.0), "[0, 1)"),
+    ("symphony", "hidden", 0, "widths of 1 or more"),
+    ("symphony", "adv_eps", 0.0, "greater than 0"),
+]
+
+
+@pytest.mark.parametrize("agent_name, field, value, phrase", OUT_OF_RANGE, ids=[f"{a} {f}={v}" for a, f, v, _ in OUT_OF_RANGE])
+def test_out_of_range_hyperparameters_are_refused_by_name(agent_name, field, value, phrase):
+    import dataclasses
+    import importlib
+
+    from cleanrl_style.cli import check_args, flag
+
+    args = dataclasses.replace(importlib.import_module(agent_name).Args(env="Pendulum"), **{field: value})
+    with pytest.raises(UsageError) as refused:
+        check_args(args)
+    assert phrase in str(refused.value) and (flag(field) in str(refused.value) or field == "batch_size"), str(refused.value)
+    check_args(importlib.import_module(agent_name).Args(env="Pendulum"))  # the defaults pass
 
 
 @pytest.mark.parametrize("agent_name, flags, phrases", CLI_ERRORS, ids=[" ".join([a, *f]) for a, f, _ in CLI_ERRORS])
