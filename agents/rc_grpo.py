@@ -23,8 +23,12 @@ all of them. Paper settings as defaults: lr 1e-5, batch 16, 5 epochs. ``total_ti
 filled in as the number of optimizer steps (epochs x batches). The model is written to
 ``runs/<run>/model``.
 
-**Stage 2, RC-GRPO.** Rollout j of a group draws its own token, ``<|high_reward|>`` with probability
-p (``--p-high``, 0.5), and is conditioned on it. With R_j the binary reward,
+**Stage 2, RC-GRPO.** The reward tokens are stratified within each group, which is what keeps its
+rollouts diverse: a share p (``--p-high``, 0.5) of the group's G rollouts is conditioned on
+``<|high_reward|>`` and the rest on ``<|low_reward|>``, in a random order. The high count is pG,
+rounded down or up at random by its fraction (so p is the expected share), and kept between 1 and
+G - 1 when 0 < p < 1, so every group of 2 or more holds both tokens (G = 5, p = 0.5: 2 or 3 high,
+each half the time; G = 4: exactly 2). With R_j the binary reward,
 
     A_j = (R_j - mean_g R) / (std_g R + eps)
     l_t = -min(r_t A_j, clip(r_t, 1 - c, 1 + c) A_j) + beta (exp(d_t) - d_t - 1)
@@ -32,14 +36,16 @@ p (``--p-high``, 0.5), and is conditioned on it. With R_j the binary reward,
 at every policy token t of rollout j (r_t the probability ratio to the sampling policy, d_t the
 log-ratio of the reference to the policy), averaged per rollout, then over rollouts; c = 0.2,
 beta = 0.1 to the RCTP model (the model stage 2 starts from), group 5. High- and low-conditioned
-rollouts behave differently, so the expected within-group reward variance is at least
-``(G-1)/G p (1-p) (mu_high - mu_low)^2`` and fewer groups have zero advantage
-(``charts/zero_variance_fraction``, against ``agents/grpo.py``).
+rollouts behave differently (success rates mu_high and mu_low), so a group with n_h high and
+n_l = G - n_h low rollouts has an expected sample variance of its rewards of at least
+``n_h n_l / (G (G-1)) (mu_high - mu_low)^2``, never zero when mu_high != mu_low, and fewer groups
+have zero advantage (``charts/zero_variance_fraction``, against ``agents/grpo.py``).
 
 Evaluation (``charts/test_success_rate``) conditions on ``<|high_reward|>``. Choices the paper
 leaves open (flags): the token follows the first user message after a space; data from the
 expert and from the noisy policy with a mistake in every episode, then balanced by actual reward;
-stage 2's lr (1e-6 here, like GRPO's). RCTP's scripted data exists for the tool suites only.
+one ``--learning-rate`` for both stages, default 1e-5 (RCTP's in the paper; stage 2 may want less,
+such as GRPO's 1e-6, passed by hand). RCTP's scripted data exists for the tool suites only.
 """
 
 from __future__ import annotations
@@ -80,7 +86,7 @@ class Args(LLMRunArgs):
     """text between the first user message and its reward token"""
     # ---- stage 1: RCTP
     learning_rate: float = 1e-5
-    """AdamW learning rate (paper's RCTP: 1e-5; pass 1e-6 or so for stage 2)"""
+    """AdamW learning rate of either stage (default: the paper's RCTP value, 1e-5; stage 2 may want less, such as 1e-6)"""
     rctp_trajectories: int = 256
     """trajectories generated for the RCTP data set (then balanced 1:1 successful/failed)"""
     rctp_batch_size: int = 16
@@ -97,7 +103,8 @@ class Args(LLMRunArgs):
     groups_per_step: int = 4
     """tasks per iteration"""
     p_high: float = 0.5
-    """probability that a rollout is conditioned on <|high_reward|>"""
+    """share of each group's rollouts conditioned on <|high_reward|> (stratified: with 0 < p < 1 every
+    group of 2 or more holds both tokens)"""
     clip_coef: float = 0.2
     """PPO clipping coefficient c"""
     kl_coef: float = 0.1
@@ -119,9 +126,30 @@ def reward_token(success: bool) -> str:
     return HIGH_REWARD if success else LOW_REWARD
 
 
-def draw_reward_tokens(n: int, p_high: float, rng: random.Random) -> list[str]:
-    """Stage 2: each rollout's own goal token, high with probability ``p_high``."""
-    return [HIGH_REWARD if rng.random() < p_high else LOW_REWARD for _ in range(n)]
+def high_token_count(group_size: int, p_high: float, rng: random.Random) -> int:
+    """How many of a group's rollouts get ``<|high_reward|>``: ``p_high * group_size`` rounded down
+    or up at random by its fraction (its mean is exact), then, for 0 < p_high < 1, kept within
+    [1, group_size - 1] so that a group of 2 or more holds both tokens."""
+    exact = p_high * group_size
+    count = math.floor(exact)
+    count += rng.random() < exact - count
+    if 0 < p_high < 1 and group_size >= 2:
+        count = min(max(count, 1), group_size - 1)
+    return count
+
+
+def draw_reward_tokens(num_groups: int, group_size: int, p_high: float, rng: random.Random) -> list[str]:
+    """Stage 2: the goal token of each rollout, group after group, stratified within each group
+    (``high_token_count`` high ones, the rest low, in a random order)."""
+    if not 0 <= p_high <= 1:
+        raise ValueError(f"p_high is a share of each group and must be in [0, 1], got {p_high}")
+    tokens: list[str] = []
+    for _ in range(num_groups):
+        high = high_token_count(group_size, p_high, rng)
+        group = [HIGH_REWARD] * high + [LOW_REWARD] * (group_size - high)
+        rng.shuffle(group)
+        tokens += group
+    return tokens
 
 
 def scripted_episodes(family, count: int, seed: int) -> list[tuple[list[dict[str, str]], float]]:
@@ -301,7 +329,7 @@ def run_rc_grpo(args: Args, run: Run) -> None:
         progress.prefix = f"iteration {iteration}/{args.total_timesteps}"
         tasks = sample_groups(family.train_ids, args.groups_per_step, args.seed, iteration)
         rng = random.Random(args.seed * 1_000_003 + iteration)
-        tokens = draw_reward_tokens(len(tasks) * args.group_size, args.p_high, rng)
+        tokens = draw_reward_tokens(len(tasks), args.group_size, args.p_high, rng)
         rollouts, timing, rewards = collect_groups(
             policy,
             tokenizer,
@@ -381,6 +409,8 @@ if __name__ == "__main__":
     args = tyro.cli(Args)
     if not args.require_gold_calls:
         raise SystemExit("RC-GRPO's success requires the gold calls; --no-require-gold-calls is for grpo.py and turnsight.py")
+    if not 0 <= args.p_high <= 1:
+        raise SystemExit(f"error: --p-high {args.p_high} is a share of each group; use a value in [0, 1]")
     args.validate()
     if not args.exp_name:
         args.exp_name = f"rc_grpo_{args.stage}"

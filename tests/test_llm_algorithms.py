@@ -195,11 +195,43 @@ def test_rctp_data_is_one_to_one_and_each_token_sits_in_the_first_user_message(t
     assert sum(labels) == len(labels) - sum(labels)  # 1:1 high and low
 
 
-def test_reward_token_draws_follow_p_high():
-    for p in (0.0, 0.3, 0.5, 1.0):
-        draws = rc_grpo.draw_reward_tokens(20_000, p, random.Random(0))
-        assert abs(draws.count(HIGH) / len(draws) - p) < 0.015
-        assert set(draws) <= {HIGH, LOW}
+def groups_of(tokens: list[str], size: int) -> list[list[str]]:
+    return [tokens[g : g + size] for g in range(0, len(tokens), size)]
+
+
+@pytest.mark.parametrize("group_size", [2, 3, 4, 5, 8, 16])
+def test_every_group_holds_both_reward_tokens_at_share_one_half(group_size):
+    tokens = rc_grpo.draw_reward_tokens(500, group_size, 0.5, random.Random(0))
+    assert len(tokens) == 500 * group_size and set(tokens) == {HIGH, LOW}
+    counts = [group.count(HIGH) for group in groups_of(tokens, group_size)]
+    assert set(counts) == ({group_size // 2} if group_size % 2 == 0 else {group_size // 2, group_size // 2 + 1})
+    assert abs(sum(counts) / len(tokens) - 0.5) < 0.02  # an odd group's extra token is high half the time
+
+
+@pytest.mark.parametrize(
+    "p,group_size,counts",
+    [
+        (0.25, 4, {1}),
+        (0.75, 8, {6}),
+        (0.2, 5, {1}),
+        (0.1, 5, {1}),  # 0.5 rounds to 0 or 1; kept at 1 so the group holds both tokens
+        (0.9, 5, {4}),  # 4.5 rounds to 4 or 5; kept at 4
+        (0.3, 5, {1, 2}),  # 1.5: 1 or 2
+        (0.0, 5, {0}),
+        (1.0, 5, {5}),
+        (0.5, 1, {0, 1}),  # a group of one cannot hold both
+    ],
+)
+def test_reward_token_counts_per_group_for_other_shares(p, group_size, counts):
+    tokens = rc_grpo.draw_reward_tokens(400, group_size, p, random.Random(1))
+    assert {group.count(HIGH) for group in groups_of(tokens, group_size)} == counts
+
+
+def test_reward_tokens_are_shuffled_within_each_group_and_a_bad_share_is_refused():
+    tokens = rc_grpo.draw_reward_tokens(200, 4, 0.5, random.Random(2))
+    assert len({tuple(group) for group in groups_of(tokens, 4)}) == 6  # every arrangement of 2 high and 2 low
+    with pytest.raises(ValueError, match="p_high"):
+        rc_grpo.draw_reward_tokens(1, 4, 1.5, random.Random(0))
 
 
 def test_each_rollout_is_conditioned_on_its_own_token(tasks):
