@@ -27,7 +27,9 @@ ReLU hidden layers (the same initial linear weights in every arm for a given see
 - ``layernorm``: ``Linear -> LayerNorm -> ReLU``;
 - ``nap``: the LayerNorm network, with ``cleanrl_style.nap.NormProjector`` at the agents' defaults
   (each hidden weight matrix and each LayerNorm's (gamma, beta) rescaled to its initial norm after
-  every optimizer step; biases and the output layer free), as ``agents/sac_nap.py`` uses it.
+  every optimizer step; biases and the output layer free), as ``agents/sac_nap.py`` uses it;
+- ``nap_output`` (not run by default): NaP with the output layer projected too (the agents'
+  ``--nap-project-output``).
 
 For one seed every arm sees the same inputs, the same target sequence and the same minibatches.
 Writes to ``--out``:
@@ -72,7 +74,8 @@ from cleanrl_style.nap import NormProjector  # noqa: E402
 from cleanrl_style.plot import MIN_SEEDS_FOR_CI, bootstrap_ci, interval_method  # noqa: E402
 from cleanrl_style.provenance import describe  # noqa: E402
 
-ARMS = ("plain", "layernorm", "nap")
+ARMS = ("plain", "layernorm", "nap", "nap_output")
+DEFAULT_ARMS = ARMS[:3]
 TASKS = ("labels", "teacher")
 ROUND_FIELDS = (
     "task",
@@ -109,7 +112,7 @@ COMPARISON_FIELDS = ("task", "arm", "baseline", "n_seeds", "window", "difference
 class Args:
     tasks: tuple[Literal["labels", "teacher"], ...] = ("labels", "teacher")
     """which target families to run (each a separate experiment)"""
-    arms: tuple[Literal["plain", "layernorm", "nap"], ...] = ARMS
+    arms: tuple[Literal["plain", "layernorm", "nap", "nap_output"], ...] = DEFAULT_ARMS
     seeds: tuple[int, ...] = (1, 2, 3, 4, 5)
     rounds: int = 30
     """how many times the targets are drawn"""
@@ -162,7 +165,9 @@ def make_model(args: Args, task: str, arm: str, seed: int) -> tuple[nn.Sequentia
     torch.manual_seed(seed)  # LayerNorm adds no random parameters: every arm starts from the same linear weights
     out_dim = args.classes if task == "labels" else args.outputs
     model = mlp(args.input_dim, args.hidden, out_dim, activation=nn.ReLU, layer_norm=arm != "plain")
-    projector = NormProjector(model, [model[-1]]) if arm == "nap" else None
+    projector = None
+    if arm in ("nap", "nap_output"):
+        projector = NormProjector(model, [model[-1]], project_output=arm == "nap_output")
     return model, projector
 
 
@@ -313,8 +318,13 @@ def read_rounds(path: Path) -> list[dict]:
         ]
 
 
-COLORS = {"plain": "tab:red", "layernorm": "tab:blue", "nap": "tab:green"}
-LABELS = {"plain": "plain MLP", "layernorm": "MLP + LayerNorm", "nap": "NaP (LayerNorm + projection)"}
+COLORS = {"plain": "tab:red", "layernorm": "tab:blue", "nap": "tab:green", "nap_output": "tab:purple"}
+LABELS = {
+    "plain": "plain MLP",
+    "layernorm": "MLP + LayerNorm",
+    "nap": "NaP (LayerNorm + projection)",
+    "nap_output": "NaP, output layer projected too",
+}
 
 
 PANELS = (

@@ -52,7 +52,7 @@ def test_writes_one_row_per_task_arm_seed_and_round_and_a_summary(ran):
         rows = list(reader)
     keys = {(r["task"], r["arm"], int(r["seed"]), int(r["round"])) for r in rows}
     assert len(rows) == len(keys) == len(ran.tasks) * len(ran.arms) * len(ran.seeds) * ran.rounds
-    assert {r["task"] for r in rows} == {"labels", "teacher"} and {r["arm"] for r in rows} == set(bench.ARMS)
+    assert {r["task"] for r in rows} == {"labels", "teacher"} and {r["arm"] for r in rows} == set(bench.DEFAULT_ARMS)
     for r in rows:
         assert float(r["loss"]) >= 0 and 0 <= float(r["dead_fraction"]) <= 1
         assert (0 <= float(r["accuracy"]) <= 1) if r["task"] == "labels" else r["accuracy"] == "nan"
@@ -102,3 +102,11 @@ def test_nap_holds_the_hidden_weight_norms_that_move_without_it(ran):
                     assert norms == pytest.approx([init] * len(norms), rel=1e-4)
                 else:
                     assert max(abs(n / init - 1) for n in norms) > 2e-3
+
+
+def test_the_nap_arms_project_what_the_agents_flags_project(tmp_path):
+    args = tiny(tmp_path)
+    output = str(len(bench.make_model(args, "labels", "nap", 1)[0]) - 1)  # the output layer's index in the Sequential
+    groups = {arm: {g.name for g in bench.make_model(args, "labels", arm, 1)[1].groups} for arm in ("nap", "nap_output")}
+    assert groups["nap_output"] - groups["nap"] == {output}
+    assert bench.make_model(args, "labels", "layernorm", 1)[1] is None
