@@ -95,6 +95,10 @@ class GridPoint:
         return out
 
 
+class SweepError(ValueError):
+    """A sweep that cannot run as asked (unknown agent, points that collide); the message names the fix."""
+
+
 def resolve_agent(agent: str) -> Path:
     """``ppo_nap`` -> ``<repo>/agents/ppo_nap.py``; a path to a ``.py`` file is used as is."""
     path = Path(agent)
@@ -105,7 +109,7 @@ def resolve_agent(agent: str) -> Path:
         if candidate.exists():
             return candidate.resolve()
     known = sorted(p.stem for p in (REPO_ROOT / "agents").glob("*.py"))
-    raise SystemExit(f"unknown agent {agent!r}: pass a name from agents/ ({', '.join(known)}) or a path to a .py file")
+    raise SweepError(f"unknown agent {agent!r}: pass a name from agents/ ({', '.join(known)}) or a path to a .py file")
 
 
 def parse_grid(specs: list[str]) -> list[tuple[str, list[str]]]:
@@ -115,7 +119,7 @@ def parse_grid(specs: list[str]) -> list[tuple[str, list[str]]]:
         key, sep, values = spec.partition("=")
         key = key.strip().lstrip("-").replace("_", "-")
         if not sep or not key or not values:
-            raise SystemExit(f"--grid {spec!r}: expected KEY=V1,V2,... (e.g. nap=true,false)")
+            raise SweepError(f"--grid {spec!r}: expected KEY=V1,V2,... (e.g. nap=true,false)")
         grid.append((key, [v.strip() for v in values.split(",") if v.strip()]))
     return grid
 
@@ -142,7 +146,7 @@ def expand_grid(
                     )
     names = [p.folder_name() for p in points]
     if len(set(names)) != len(names):
-        raise SystemExit("two grid points map to the same run folder: repeated agents, envs, seeds or grid values?")
+        raise SweepError("two grid points map to the same run folder: repeated agents, envs, seeds or grid values?")
     return points
 
 
@@ -163,7 +167,7 @@ def recipe_points(
         raise RecipeError(f"{recipe.path}: no point of the recipe has the seeds {seeds or 'any'} and the envs {envs or 'any'}")
     names = [p.folder_name() for p in points]
     if len(set(names)) != len(names):
-        raise SystemExit(f"{recipe.path}: two points map to the same run folder (an env or seed listed twice?)")
+        raise SweepError(f"{recipe.path}: two points map to the same run folder (an env or seed listed twice?)")
     return points
 
 
@@ -407,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             recipe = load_recipe(args.recipe)
             points = recipe_points(recipe, args.arms, args.seeds, args.envs)
-        except (RecipeError, KeyError) as e:
+        except (RecipeError, SweepError, KeyError) as e:
             usage_error(str(e).strip("'\""))
         sweep_dir = Path(args.sweep_dir or RECIPE_RUNS / recipe.name).resolve()
         workers = workers or recipe.workers
@@ -416,8 +420,12 @@ def main(argv: list[str] | None = None) -> int:
             usage_error("give --agents and --envs (or --recipe FILE)")
         if args.arms:
             usage_error("--arms selects arms of a --recipe")
-        grid = parse_grid(args.grid)
-        points = expand_grid(args.agents, args.envs, args.seeds or [1, 2, 3], grid, shlex.split(args.flags), args.imports)
+        try:
+            grid = parse_grid(args.grid)
+            flags = shlex.split(args.flags)
+            points = expand_grid(args.agents, args.envs, args.seeds or [1, 2, 3], grid, flags, args.imports)
+        except (SweepError, ValueError) as e:  # ValueError: shlex's unclosed quote in --flags
+            usage_error(f"--flags: {e}" if not isinstance(e, SweepError) else str(e))
         sweep_dir = Path(args.sweep_dir or "runs/sweep").resolve()
     placed = [(p, sweep_dir / p.folder_name()) for p in points]
     todo = [(p, d) for p, d in placed if point_status(d) != "done"]

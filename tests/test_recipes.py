@@ -155,3 +155,52 @@ def test_export_keeps_earlier_results_and_names_what_has_none(tmp_path, capsys):
     assert (earlier / "sweep.json").read_text() == '{"from": "elsewhere"}'
     assert "kept from an earlier export (no finished run here): Pendulum__plain__s1" in printed
     assert "(no result): Pendulum__nap__s2, Pendulum__plain__s2" in printed
+
+
+ARM = "[[arm]]\nname = 'a'\nagent = 'ppo_nap'\nenvs = ['Hopper']\n"
+MALFORMED = [
+    ("defaults = 5\n" + ARM, "[defaults] must be a table"),
+    ("arm = [1, 2]\n", "'arm' must be [[arm]] tables"),
+    ('[defaults]\nflags = "--x \'unterminated"\n' + ARM, "flags: No closing quotation"),
+    (ARM.replace("['Hopper']", "'Ant'"), "'envs' must be a list of env names, e.g. envs = [\"Ant\"]"),
+    (ARM + "seeds = [-3]\n", "seeds must be integers from 0 to 4294967295"),
+    (ARM + "seeds = [true]\n", "seeds must be integers from 0 to 4294967295"),
+    (ARM + f"seeds = [{10**18}]\n", "seeds must be integers from 0 to 4294967295"),
+    (ARM.replace("name = 'a'", 'name = "a\\nb"'), "arm name 'a\\nb' may hold only letters"),  # a newline
+    (ARM.replace("name = 'a'", "name = 'a b'"), "arm name 'a b' may hold only letters"),
+    ("workers = true\n" + ARM, "workers must be a non-negative integer"),
+    (ARM + "flags = [true]\n", "flags must be a list of strings"),
+]
+
+
+@pytest.mark.parametrize("text, message", MALFORMED, ids=[m for _, m in MALFORMED])
+def test_malformed_recipes_are_refused_with_the_problem_named(tmp_path, text, message):
+    with pytest.raises(RecipeError) as refused:
+        load_recipe(write(tmp_path, text))
+    assert message in str(refused.value), str(refused.value)
+
+
+def sweep(*args, cwd=REPO):
+    return subprocess.run(
+        [sys.executable, "-m", "cleanrl_style.sweep", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
+
+
+def assert_one_line_exit_2(proc, phrase):
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and phrase in lines[0], (proc.returncode, proc.stderr)
+
+
+def test_sweep_answers_unreadable_recipes_unknown_agents_and_duplicate_points_in_one_line(tmp_path):
+    (tmp_path / "latin1.toml").write_bytes("description = 'caf\xe9'\n".encode("latin-1") + ARM.encode())
+    assert_one_line_exit_2(sweep("--recipe", str(tmp_path / "latin1.toml")), "is not UTF-8 text")
+    assert_one_line_exit_2(sweep("--recipe", str(tmp_path)), "is a folder, not a recipe file")
+    for text, phrase in MALFORMED[:3]:
+        assert_one_line_exit_2(sweep("--recipe", str(write(tmp_path, text))), phrase)
+    unknown = write(tmp_path, ARM.replace("'ppo_nap'", "'ppo_nope'"))
+    assert_one_line_exit_2(sweep("--recipe", str(unknown), "--dry-run"), "unknown agent 'ppo_nope'")
+    twice = write(tmp_path, ARM.replace("['Hopper']", "['Hopper', 'Hopper']"))
+    assert_one_line_exit_2(sweep("--recipe", str(twice), "--dry-run"), "two points map to the same run folder")
+    grid = sweep("--agents", "ppo_nap", "ppo_nap", "--envs", "Hopper", "--dry-run", "--sweep-dir", str(tmp_path / "s"))
+    assert_one_line_exit_2(grid, "two grid points map to the same run folder")
+    assert_one_line_exit_2(sweep("--agents", "nope", "--envs", "Hopper", "--dry-run"), "unknown agent 'nope'")
