@@ -103,7 +103,10 @@ class Progress:
             print(message, flush=True)
 
     def close(self) -> None:
+        """End the bar (its line is done), or print the last step reached for the end of a log; once."""
         if self.bar is not None:
             self.bar.close()
+            self.bar = None  # what is written after goes on lines of its own
         elif self.every > 0 and self._last_line is not None and self._last_line[1] != self.step:
-            self._print_line(time.monotonic())  # the last step reached, for the end of a log
+            self._print_line(time.monotonic())
+        self.every = 0  # closed: no more plain lines

@@ -411,8 +411,10 @@ class Run:
 
         ``policy.act(obs)`` gives actions for raw observations; ``policy.eval()`` freezes its
         normalizer statistics. A resumed run that had already evaluated does not log it twice. With
-        --capture-video the final policy is filmed first (also with --eval-episodes 0).
+        --capture-video the final policy is filmed first (also with --eval-episodes 0). Training's
+        progress ends here, so that its last line (or the finished bar) comes before the evaluation.
         """
+        self._progress.close()
         if self.video is not None:
             policy.eval()
             self._film(policy, global_step)

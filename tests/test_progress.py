@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import io
+import sys
+
+import torch
+
 from cleanrl_style.progress import Progress, format_duration
 
 
@@ -47,3 +52,45 @@ def test_durations_read_as_hours_minutes_seconds():
     assert format_duration(0) == "0:00:00"
     assert format_duration(3725.9) == "1:02:05"
     assert format_duration(90000) == "25:00:00"
+
+
+class _Policy(torch.nn.Module):
+    def act(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(obs.shape[0], 1)
+
+
+def _finish_a_run(tmp_path, bar: bool) -> None:
+    from ppo_nap import Args
+
+    from cleanrl_style import Run
+
+    run = Run(Args(env="Pendulum", run_dir=str(tmp_path / "run"), total_timesteps=100, num_envs=1, num_steps=50, eval_episodes=1,
+                   progress_bar=bar, progress_every=3600), agent_file="ppo_nap.py")  # fmt: skip
+    run.progress(50, sps=10.0)
+    run.progress(100, sps=10.0)
+    run.save(100, agent={})
+    run.final_evaluation(_Policy(), 100)
+    run.close()
+
+
+def test_piped_the_last_progress_line_comes_before_the_evaluation(tmp_path, capsys):
+    _finish_a_run(tmp_path, bar=False)
+    lines = capsys.readouterr().out.splitlines()
+    last = next(i for i, line in enumerate(lines) if line.startswith("[progress] step 100/100 (100.0%)"))
+    evaluation = next(i for i, line in enumerate(lines) if line.startswith("evaluation over 1 episodes"))
+    assert last < evaluation, lines
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_the_evaluation_starts_a_line_of_its_own(tmp_path, monkeypatch):
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)  # one screen: stdout and the bar's stderr
+    monkeypatch.setattr(sys, "stderr", terminal)
+    _finish_a_run(tmp_path, bar=True)
+    screen = terminal.getvalue()
+    before = screen[: screen.index("evaluation over")]
+    assert before.endswith("\n") and "100/100" in before.split("\n")[-2], repr(screen)
