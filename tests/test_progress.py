@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import sys
 
@@ -64,8 +65,8 @@ def _finish_a_run(tmp_path, bar: bool) -> None:
 
     from cleanrl_style import Run
 
-    run = Run(Args(env="Pendulum", run_dir=str(tmp_path / "run"), total_timesteps=100, num_envs=1, num_steps=50, eval_episodes=1,
-                   progress_bar=bar, progress_every=3600), agent_file="ppo_nap.py")  # fmt: skip
+    args = Args(env="Pendulum", run_dir=str(tmp_path / "run"), total_timesteps=100, num_envs=1, num_steps=50)
+    run = Run(dataclasses.replace(args, eval_episodes=1, progress_bar=bar, progress_every=3600), agent_file="ppo_nap.py")
     run.progress(50, sps=10.0)
     run.progress(100, sps=10.0)
     run.save(100, agent={})
