@@ -98,7 +98,7 @@ class BaseRunArgs:
     resume_may_change: ClassVar[frozenset[str]] = frozenset(
         {"total_timesteps", "checkpoint_every", "eval_episodes", "progress_bar", "progress_every", "torch_threads", "device",
          "backend", "compile", "track", "wandb_project", "capture_video", "video_every", "video_size", "resume",
-         "trust_checkpoint"}
+         "trust_checkpoint", "eval_every"}
     )  # fmt: skip
 
 
@@ -117,6 +117,9 @@ class RunArgs(BaseRunArgs):
     """with --capture-video: training episodes (all sub-environments together) between two videos"""
     video_size: tuple[int, int] = (256, 256)
     """with --capture-video: width and height of the videos in pixels (even numbers)"""
+    eval_every: int = 0
+    """also evaluate the deterministic policy (--eval-episodes episodes, as at the end) every this many
+    environment steps during training, logged as eval/return_mean at the step it ran; 0: only at the end"""
     compile: Literal["auto", "on", "off"] = "auto"
     """torch.compile the update step (a one-off compile of 10-60 s at the first update, then cheaper
     updates; falls back to eager with a warning if the toolchain cannot compile). auto: the agent's
@@ -327,6 +330,8 @@ class Run:
             self.video = VideoRecorder(args.env, self.dir / "videos", *args.video_size)
         self._last_checkpoint_step = self.start_step
         self._sps_mark = (time.time(), self.start_step)
+        self._eval_every = getattr(args, "eval_every", 0) if isinstance(args, RunArgs) else 0
+        self._next_eval = (self.start_step // self._eval_every + 1) * self._eval_every if self._eval_every > 0 else 0
 
     @property
     def device(self) -> torch.device:
@@ -355,8 +360,12 @@ class Run:
     ) -> None:
         """Show progress (a bar on a terminal, else a plain line every --progress-every seconds; see
         :mod:`cleanrl_style.progress`) with the agent's figures, e.g. ``extra={"tokens/s": 14.6}``;
+        with --eval-every, evaluate the watched policy when another --eval-every steps have passed;
         with --capture-video, film the policy when --video-every more training episodes have finished."""
         self._progress.update(step, recent_return, sps, extra)
+        if self._eval_every > 0 and self._watched is not None and step >= self._next_eval:
+            self._next_eval = (step // self._eval_every + 1) * self._eval_every
+            self._evaluate(self._watched[0], step)
         if self.video is not None and self._watched is not None:
             episodes = self._watched[1].episodes_finished
             if episodes >= self._next_video_episode:
@@ -425,12 +434,28 @@ class Run:
         if done_before:
             print(f"already evaluated at step {global_step}: return {done_before[-1]:.1f}")
             return
+        policy.eval()
+        self._evaluate(policy, global_step)
+
+    def _evaluate(self, policy: torch.nn.Module, step: int) -> None:
+        """--eval-episodes deterministic episodes from the same starts (seed + 10,000), logged as ``eval/*`` at ``step``."""
+        episodes = self.args.eval_episodes
+        if episodes <= 0:
+            return
         from cleanrl_style.evaluate import evaluate_policy
 
-        policy.eval()
-        returns = evaluate_policy(_act(policy), self.args.env, episodes, seed=self.args.seed + 10_000, device=self.device)
-        self.log(global_step, {"eval/return_mean": returns.mean(), "eval/return_std": returns.std()})
-        print(f"evaluation over {episodes} episodes: {returns.mean():.1f} +- {returns.std():.1f}")
+        started, training = time.time(), policy.training
+        policy.eval()  # frozen normalizer statistics; training resumes in the mode it was in
+        try:
+            returns = evaluate_policy(_act(policy), self.args.env, episodes, seed=self.args.seed + 10_000, device=self.device)
+        finally:
+            policy.train(training)
+        self.log(step, {"eval/return_mean": returns.mean(), "eval/return_std": returns.std()})
+        self._progress.write(
+            f"evaluation over {episodes} episodes at step {step:,}: {returns.mean():.1f} +- {returns.std():.1f}"
+        )
+        mark_time, mark_step = self._sps_mark  # charts/SPS measures training: the evaluation time is left out
+        self._sps_mark = (mark_time + time.time() - started, mark_step)
 
     def close(self) -> None:
         """End the run: the last progress line, the logs closed, the folder unlocked, and where it all is."""

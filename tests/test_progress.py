@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import subprocess
 import sys
 
+import pytest
 import torch
 
 from cleanrl_style.progress import Progress, format_duration
@@ -95,3 +97,50 @@ def test_on_a_terminal_the_evaluation_starts_a_line_of_its_own(tmp_path, monkeyp
     screen = terminal.getvalue()
     before = screen[: screen.index("evaluation over")]
     assert before.endswith("\n") and "100/100" in before.split("\n")[-2], repr(screen)
+
+
+def test_eval_every_evaluates_the_watched_policy_during_training(tmp_path, capsys):
+    from ppo_nap import Args
+
+    from cleanrl_style import Run
+    from cleanrl_style.logger import read_progress
+
+    args = Args(env="Pendulum", run_dir=str(tmp_path / "run"), total_timesteps=300, num_envs=1, num_steps=50)
+    run = Run(dataclasses.replace(args, eval_every=100, eval_episodes=1, progress_bar=False), agent_file="ppo_nap.py")
+    policy = _Policy()
+    run.watch(policy, None)
+    for step in range(50, 301, 50):
+        run.progress(step)
+    assert policy.training  # evaluated in eval mode, handed back in training mode
+    run.final_evaluation(policy, 300)  # evaluated at 300 already: not twice
+    run.close()
+    assert [step for step, _, _ in read_progress(tmp_path / "run")["eval/return_mean"]] == [100, 200, 300]
+    assert "evaluation over 1 episodes at step 200: " in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_eval_every_in_an_agent_run_draws_as_an_eval_curve(tmp_path):
+    from agent_runs import REPO, run_agent
+
+    run_dir = tmp_path / "runs" / "ppo"
+    flags = ["--env", "Pendulum", "--num-envs", "1", "--num-steps", "64", "--num-minibatches", "2", "--update-epochs", "1"]
+    flags += ["--total-timesteps", "256", "--eval-every", "128", "--eval-episodes", "2", "--compile", "off"]
+    proc = run_agent("ppo_nap", *flags, run_dir=run_dir)
+    assert "evaluation over 2 episodes at step 128: " in proc.stdout
+    from cleanrl_style.logger import read_progress
+
+    assert [step for step, _, _ in read_progress(run_dir)["eval/return_mean"]] == [128, 256]
+    plots = tmp_path / "plots"
+    command = [
+        sys.executable,
+        "-m",
+        "cleanrl_style.plot",
+        str(tmp_path / "runs"),
+        "--out",
+        str(plots),
+        "--metric",
+        "eval/return_mean",
+    ]
+    plotted = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert plotted.returncode == 0, plotted.stdout + plotted.stderr
+    assert (plots / "curves_steps.png").stat().st_size > 10_000
