@@ -86,3 +86,32 @@ def run_until_first_checkpoint_then_kill(agent: str, run_dir: Path, *flags: str)
             proc.send_signal(signal.SIGKILL)
         proc.wait()
         proc.stderr.close()
+
+
+def run_seeds(agent: str, seeds: tuple[int, ...], root: Path, *flags: str, workers: int = 2) -> list[Path]:
+    """Run ``agents/<agent>.py`` with ``flags`` once per seed, ``workers`` at a time (one thread each),
+    into ``root/s<seed>``; returns the run folders in the order of ``seeds``.
+
+    A learning test asserts what holds over these seeds (a median), never what one seed reached:
+    runs are bit-identical on one CPU but only alike in distribution across CPUs.
+    """
+    pending = list(seeds)
+    running: list[tuple[int, subprocess.Popen]] = []
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        while pending or running:
+            while pending and len(running) < workers:
+                seed = pending.pop(0)
+                cmd = agent_command(agent, root / f"s{seed}", "--seed", str(seed), *flags)
+                with open(root / f"s{seed}.log", "w") as log:  # a file, not a pipe: no run waits on a full pipe
+                    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=log, stderr=subprocess.STDOUT)
+                running.append((seed, proc))
+            seed, proc = running.pop(0)
+            if proc.wait() != 0:
+                log_tail = (root / f"s{seed}.log").read_text()[-3000:]
+                raise AssertionError(f"{agent} seed {seed} failed ({proc.returncode}):\n{log_tail}")
+    finally:
+        for _, proc in running:
+            proc.kill()
+            proc.wait()
+    return [root / f"s{seed}" for seed in seeds]
