@@ -21,7 +21,9 @@ the loss at a policy token t is
 (PPO's clipped surrogate, Schulman et al., 2017, "Proximal Policy Optimization Algorithms",
 arXiv:1707.06347, and the non-negative unbiased estimator of KL(pi_theta || pi_ref)), averaged over
 each episode's policy tokens, then over episodes. With one optimizer step per batch (the default)
-pi_old is the current policy, so r_t = 1 and the gradient is the plain policy gradient.
+pi_old is the current policy, so r_t = 1 and the gradient is the plain policy gradient. That holds
+because rollouts are generated at the training precision (``--generation-precision auto``): bf16
+generation with fp32 training samples from a slightly different policy, which r_t = 1 ignores.
 
 The reward is the environment's binary episode reward. On the tool suites it requires the gold
 calls (name and arguments) as well as the state and response checks, by default for every agent:
@@ -31,7 +33,8 @@ A group whose rewards are all equal has zero advantage everywhere and teaches no
 fraction of such groups is logged as ``charts/zero_variance_fraction`` (what RC-GRPO attacks).
 ``total_timesteps`` counts iterations. Defaults where the paper leaves a choice: group 5 and
 KL 0.1 (RC-GRPO's), clip 0.2, lr 1e-6, per-episode loss averaging (``--loss-aggregation token``
-averages over all tokens), sampling from exactly softmax(logits / temperature).
+averages over all tokens), sampling from exactly softmax(logits / temperature) at the training
+precision (fp32).
 """
 
 from __future__ import annotations
