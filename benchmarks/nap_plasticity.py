@@ -366,7 +366,7 @@ def plot(rows: list[dict], args_dict: dict, path: Path, n_boot: int = 2000) -> N
             title = f"random labels ({args_dict['classes']} classes, re-drawn each round), cross-entropy"
         else:
             chance = 1.0
-            title = "random-teacher targets (new teacher each round, standardized), squared error"
+            title = "random-teacher targets (new teacher each round), squared error"
         top = axes[0, col]
         highest = max(r["loss"] for r in rows if r["task"] == task)
         if chance < 1.5 * highest:  # the constant guess's loss, where it is near the curves
@@ -391,7 +391,7 @@ def plot(rows: list[dict], args_dict: dict, path: Path, n_boot: int = 2000) -> N
     )
     fig.suptitle(
         f"ReLU MLP {args_dict['input_dim']}-{hidden}, {args_dict['num_inputs']} fixed Gaussian inputs, "
-        f"Adam lr {args_dict['lr']:g} constant, batch {args_dict['batch_size']}. Lines: mean over seeds; {band}",
+        f"Adam lr {args_dict['lr']:g} constant, batch {args_dict['batch_size']}.\nLines: mean over seeds; {band}",
         fontsize=9,
     )
     fig.tight_layout()
