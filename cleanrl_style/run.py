@@ -77,7 +77,7 @@ class BaseRunArgs:
     checkpoint_every: int = 50_000
     """write a checkpoint every this many environment steps (and at the end)"""
     eval_episodes: int = 10
-    """deterministic evaluation episodes at the end of training (0 to skip)"""
+    """deterministic evaluation episodes at the end of training, and every --eval-every steps (0 to skip)"""
     track: bool = False
     """also log to Weights & Biases"""
     wandb_project: str = "cleanrl-style"

@@ -139,3 +139,12 @@ def test_evaluate_answers_bad_input_in_one_line(tmp_path, what, make, flags, phr
     )
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
     assert phrase in proc.stderr
+
+
+def test_trust_checkpoint_loads_what_weights_only_refuses(tmp_path):
+    import argparse
+
+    save_checkpoint(tmp_path / "checkpoint.pt", {"global_step": 3, "args": argparse.Namespace(env="Hopper")})
+    with pytest.raises(CheckpointError, match=r"\(argparse.Namespace\).*--trust-checkpoint"):
+        load_checkpoint(tmp_path)
+    assert load_checkpoint(tmp_path, trust=True)["args"].env == "Hopper"
