@@ -6,12 +6,12 @@ A recipe is a TOML file, usually in ``benchmarks/recipes/``::
     workers = 2                          # optional: runs at once (default: one per core)
 
     [defaults]                           # optional: what every arm starts from
-    envs = ["Hopper"]
-    seeds = [1, 2, 3]
-    flags = ["--total-timesteps", "100000"]
+    envs = ["Hopper"]                    # a list, also of one env
+    seeds = [1, 2, 3]                    # integers from 0 to 2**32 - 1
+    flags = ["--total-timesteps", "100000"]   # or one string, split like a shell line
 
     [[arm]]
-    name = "sac_nap"                     # the label: run folders and plot legends
+    name = "sac_nap"                     # the label: run folders and plot legends (letters, digits, . + = - _)
     agent = "sac_nap"                    # a file in agents/ (or a path to one)
     flags = []                           # appended to the default flags
 
