@@ -257,10 +257,10 @@ def _load_pull_model(run_dir: Path, official_dir: str, env):
 
 def pull(run_dirs: list[str], official_dir: str = "/tmp/symphony_official", steps: int = 4096, seed: int = 0) -> None:
     """Per element of ``S`` at states ``s'`` the final noisy policy visits: the gradient of the
-    actor term ``-ReHAE((q' - Q_T) / |Q_T|)`` and of the swaddling term, per sample (the losses' means
-    undone). The swaddling term alone is stationary at ``S = 0.364`` (near ``1/e``), ``B = 0.092``
-    (``1 / (4e)``), with stiffness ``d2/dS2`` about ``B / S`` there: the actor term moves ``S`` by about
-    ``-g_actor / (B / S)``."""
+    actor term ``-ReHAE((q' - Q_T) / |Q_T|)`` and of the swaddling term, per sample (the losses'
+    means undone), and the gradient of ``q'`` itself. The swaddling term alone is stationary at
+    ``S = 0.364`` (near ``1/e``), ``B = 0.092`` (``1 / (4e)``), with stiffness ``d2/dS2`` about
+    ``B / S`` there: the actor term moves ``S`` by about ``-g_actor / (B / S)``."""
     from cleanrl_style.sorting import sort_rows  # noqa: F401  (the suite's target needs it importable)
 
     suite = _suite_agent_module()
@@ -287,14 +287,16 @@ def pull(run_dirs: list[str], official_dir: str = "/tmp/symphony_official", step
         a = (math.sqrt(5) - 1) / 2
         q_t = (a * q_bar + (1 - a) * q_next).detach()
         advantage = (q_next - q_t) / q_t.abs()
-        (g_actor,) = torch.autograd.grad(-suite.rehae(advantage).sum(), scale)
+        (g_actor,) = torch.autograd.grad(-suite.rehae(advantage).sum(), scale, retain_graph=True)
+        (g_value,) = torch.autograd.grad(q_next.sum(), scale)  # dq'/dS before the advantage's scaling
         s_c, b_c = scale.clamp(1e-3, 1 - 1e-3), beta.clamp(1e-3, 1 - 1e-3)
         sw = suite.big_omega(torch.exp(torch.log(s_c) / b_c)) + b_c * suite.small_omega(s_c) + suite.big_omega(b_c**2)
         (g_sw,) = torch.autograd.grad(sw.sum(), scale)
         stiffness = (b_c / s_c).mean().item()
         print(
             f"{run_dir.name}: S {scale.mean():.3f}, B {beta.mean():.3f}, |Q_T| {q_t.abs().mean():.1f}, "
-            f"|advantage| {advantage.abs().mean():.4f}; per element of S: g_actor {g_actor.mean():+.2e} "
+            f"|advantage| {advantage.abs().mean():.4f}; per element of S: |dq'/dS| {g_value.abs().mean():.2e}, "
+            f"g_actor {g_actor.mean():+.2e} "
             f"(|g| {g_actor.abs().mean():.2e}), g_swaddling {g_sw.mean():+.2e}, stiffness B/S {stiffness:.3f}, "
             f"shift -g_actor/(B/S) {-g_actor.mean().item() / stiffness:+.4f}"
         )
