@@ -44,13 +44,15 @@ def evaluate_policy(
     seed: int = 12345,
     backend: str = "gymnasium",
     device: str | torch.device = "cpu",
+    action_repeat: int = 1,
 ) -> np.ndarray:
     """Return the undiscounted returns of ``episodes`` episodes, shape ``(episodes,)``.
 
     One sub-environment per episode, each counted once: counting the first ``episodes`` episodes
-    to finish would favour short (often failed) episodes.
+    to finish would favour short (often failed) episodes. ``action_repeat``: the policy acts every
+    that many simulator steps, as it did in training (``--action-repeat``).
     """
-    vec = envs.make(env_id, num_envs=episodes, backend=backend, device=device, seed=seed)
+    vec = envs.make(env_id, num_envs=episodes, backend=backend, device=device, seed=seed, action_repeat=action_repeat)
     returns = torch.full((episodes,), float("nan"))
     obs, _ = vec.reset()
     try:
@@ -105,8 +107,9 @@ def load_run_policy(run_dir: str, device: str = "cpu", trust: bool = False):
 
 
 def evaluate_run(run_dir: str, episodes: int = 10, seed: int = 12345, device: str = "cpu", trust: bool = False) -> np.ndarray:
-    policy, _, env_id = load_run_policy(run_dir, device, trust)
-    return evaluate_policy(policy.act, env_id, episodes=episodes, seed=seed, device=device)
+    policy, checkpoint, env_id = load_run_policy(run_dir, device, trust)
+    repeat = int(checkpoint["args"].get("action_repeat", 1))  # saved resolved; runs from before the flag: 1
+    return evaluate_policy(policy.act, env_id, episodes=episodes, seed=seed, device=device, action_repeat=repeat)
 
 
 def film_run(
@@ -134,7 +137,8 @@ def film_run(
     try:
         for i in range(episodes):
             path = Path(run_dir) / "videos" / f"eval_step_{step:09d}_seed_{seed + i}.mp4"
-            episode = recorder.record(policy.act, path, seed=seed + i, device=device)
+            repeat = int(checkpoint["args"].get("action_repeat", 1))
+            episode = recorder.record(policy.act, path, seed=seed + i, device=device, action_repeat=repeat)
             add_to_tensorboard(writer, f"videos/evaluation_seed_{seed + i}", episode.frames, episode.fps, step)
             filmed.append(episode)
     finally:

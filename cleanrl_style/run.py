@@ -390,7 +390,8 @@ class Run:
         if path.exists():  # filmed at this step already (the last periodic video, or before a resume)
             return
         started = time.time()
-        episode = self.video.record(_act(policy), path, seed=self.args.seed + 20_000, device=self.device)
+        repeat = int(getattr(self.args, "action_repeat", 1))
+        episode = self.video.record(_act(policy), path, seed=self.args.seed + 20_000, device=self.device, action_repeat=repeat)
         self.logger.log_video("videos/policy", episode.frames, episode.fps, step, path)
         self._progress.write(f"video: {path} ({episode.length} steps, return {episode.episode_return:.1f})")
         mark_time, mark_step = self._sps_mark  # charts/SPS measures training: the filming time is left out
@@ -447,7 +448,14 @@ class Run:
         started, training = time.time(), policy.training
         policy.eval()  # frozen normalizer statistics; training resumes in the mode it was in
         try:
-            returns = evaluate_policy(_act(policy), self.args.env, episodes, seed=self.args.seed + 10_000, device=self.device)
+            returns = evaluate_policy(
+                _act(policy),
+                self.args.env,
+                episodes,
+                seed=self.args.seed + 10_000,
+                device=self.device,
+                action_repeat=int(getattr(self.args, "action_repeat", 1)),
+            )
         finally:
             policy.train(training)
         self.log(step, {"eval/return_mean": returns.mean(), "eval/return_std": returns.std()})

@@ -163,14 +163,23 @@ class VideoRecorder:
         self._low, self._high = space.low.astype(np.float32), space.high.astype(np.float32)
 
     @torch.no_grad()
-    def record(self, act: Callable[[torch.Tensor], torch.Tensor], path: str | os.PathLike, seed: int, device="cpu") -> Episode:
-        """Run one episode of ``act`` (batch of raw observations -> actions) from ``reset(seed)``; write it."""
+    def record(
+        self,
+        act: Callable[[torch.Tensor], torch.Tensor],
+        path: str | os.PathLike,
+        seed: int,
+        device="cpu",
+        action_repeat: int = 1,
+    ) -> Episode:
+        """Run one episode of ``act`` (batch of raw observations -> actions) from ``reset(seed)``; write it.
+        ``action_repeat``: each action is held for that many simulator steps (one frame each), as in training."""
         obs, _ = self.env.reset(seed=seed)
         frames = [self._frame()]
         episode_return, length, done = 0.0, 0, False
         while not done and length < MAX_EPISODE_STEPS:
-            batch = torch.as_tensor(obs, dtype=torch.float32).to(device).unsqueeze(0)
-            action = np.clip(act(batch)[0].cpu().numpy().astype(np.float32), self._low, self._high)
+            if length % action_repeat == 0:
+                batch = torch.as_tensor(obs, dtype=torch.float32).to(device).unsqueeze(0)
+                action = np.clip(act(batch)[0].cpu().numpy().astype(np.float32), self._low, self._high)
             obs, reward, terminated, truncated, _ = self.env.step(action)
             episode_return += float(reward)
             length += 1

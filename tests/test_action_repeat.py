@@ -102,3 +102,22 @@ def test_action_repeat_1_is_the_plain_env():
     action = torch.full((2, 1), 0.5)
     for a, b in zip(plain.step(action)[:4], repeated.step(action)[:4]):
         assert torch.equal(a, b)
+
+
+def test_evaluation_acts_with_the_runs_repeat():
+    from cleanrl_style.evaluate import evaluate_policy
+
+    calls = []
+
+    def act(obs):
+        calls.append(len(obs))
+        return torch.zeros(len(obs), 1)
+
+    # Pendulum's 200-step episodes: the policy is asked once per action, every second simulator step.
+    plain = evaluate_policy(act, "Pendulum", episodes=2, seed=3)
+    assert len(calls) == 200
+    calls.clear()
+    repeated = evaluate_policy(act, "Pendulum", episodes=2, seed=3, action_repeat=2)
+    assert len(calls) == 100
+    # the same zero torque from the same starts: the same trajectory, the same summed returns
+    assert np.allclose(repeated, plain, rtol=1e-5)
