@@ -342,8 +342,9 @@ def plot(rows: list[dict], args_dict: dict, path: Path, n_boot: int = 2000) -> N
     import matplotlib.pyplot as plt
 
     tasks = list(dict.fromkeys(r["task"] for r in rows))
+    width = max(6.2 * len(tasks), 9.0)  # one task: wide enough for the title
     fig, axes = plt.subplots(
-        len(PANELS), len(tasks), figsize=(6.2 * len(tasks), 10.5), squeeze=False, sharex=True, height_ratios=(2, 1, 1)
+        len(PANELS), len(tasks), figsize=(width, 10.5), squeeze=False, sharex=True, height_ratios=(2, 1, 1)
     )
     n_all = set()
     for col, task in enumerate(tasks):
