@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import envs
-from cleanrl_style.replay import FadingReplayBuffer, ReplayBuffer, fading_tanh
+from cleanrl_style.replay import FadingReplayBuffer, ReplayBuffer, buffer_checkpoint, fading_tanh, restore_buffer
 
 
 def fill(buffer, n, num_envs=1):
@@ -142,3 +142,88 @@ def test_fill_by_repeating_replicates_the_exploration_data_in_order():
     assert buffer.rewards[buffer.chronological()].tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
     fill(buffer, 1)
     assert buffer.rewards[buffer.chronological()].tolist()[-1] == 0.0 and len(buffer) == 10
+
+
+@pytest.mark.parametrize("cls", [ReplayBuffer, FadingReplayBuffer])
+def test_every_tensor_lives_on_the_buffer_device(cls):
+    # The meta device stands in for an accelerator: a tensor left on the CPU would show.
+    buffer = cls(8, (3,), (1,), device="meta")
+    assert buffer.device == torch.device("meta")
+    assert {getattr(buffer, name).device.type for name in ReplayBuffer.FIELDS} == {"meta"}
+    z = torch.zeros(2, 3, device="meta")
+    buffer.add(z, torch.zeros(2, 1, device="meta"), torch.zeros(2, device="meta"), z, z[:, 0], z[:, 0])
+    assert buffer.chronological().device.type == "meta"
+    batch = buffer.sample(4)
+    assert {getattr(batch, name).device.type for name in ReplayBuffer.FIELDS} == {"meta"}
+    if cls is FadingReplayBuffer:
+        assert buffer.weights().device.type == "meta"
+
+
+@pytest.mark.parametrize("cls", [ReplayBuffer, FadingReplayBuffer])
+def test_storage_dtypes_do_not_follow_the_default_dtype(cls):
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        buffer = cls(4, (2,), (1,))
+        pixels = cls(4, (2,), (1,), obs_dtype=torch.uint8)
+    finally:
+        torch.set_default_dtype(default)
+    assert [getattr(buffer, name).dtype for name in ReplayBuffer.FIELDS] == [torch.float32] * 6
+    assert pixels.obs.dtype == pixels.next_obs.dtype == torch.uint8 and pixels.actions.dtype == torch.float32
+
+
+@pytest.mark.parametrize("cls", [ReplayBuffer, FadingReplayBuffer])
+def test_a_one_transition_buffer_stores_and_samples_its_transition(cls):
+    buffer = cls(1, (3,), (1,))
+    with pytest.raises(RuntimeError, match="^cannot sample from an empty replay buffer$"):
+        buffer.sample(2)
+    fill(buffer, 3)  # each write replaces the only slot
+    assert len(buffer) == 1 and buffer.sample(5).rewards.tolist() == [2.0] * 5
+
+
+def test_capacity_below_one_is_rejected():
+    with pytest.raises(ValueError, match="^capacity must be >= 1, got 0$"):
+        ReplayBuffer(0, (3,), (1,))
+
+
+def test_state_dict_records_the_capacity():
+    buffer = ReplayBuffer(8, (3,), (1,))
+    fill(buffer, 3)
+    state = buffer.state_dict()
+    assert state["capacity"] == 8 and state["rewards"].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_buffer_checkpoint_and_restore_buffer():
+    buffer = FadingReplayBuffer(8, (3,), (1,))
+    fill(buffer, 5)
+    assert buffer_checkpoint(buffer, save=False) == {}
+    entry = buffer_checkpoint(buffer, save=True)
+    assert set(entry) == {"buffer"} and entry["buffer"]["rewards"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    restored = FadingReplayBuffer(8, (3,), (1,))
+    assert restore_buffer(None, restored) is False and len(restored) == 0
+    assert restore_buffer({"agent": {}}, restored) is False and len(restored) == 0
+    assert restore_buffer({"agent": {}, **entry}, restored) is True
+    assert restored.rewards[restored.chronological()].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_fading_sampling_is_the_inverse_cdf_of_float64_uniform_draws():
+    # P(rank <= k) = cdf[k]: rank k is drawn for u in [cdf[k-1], cdf[k]), with u ~ U[0, 1) in float64.
+    buffer = FadingReplayBuffer(16, (3,), (1,))
+    fill(buffer, 11)
+    w = torch.tensor([math.tanh((math.pi * i / 11) ** math.e) for i in range(11)], dtype=torch.float64)
+    cdf = torch.cumsum(w, 0) / w.sum()
+    torch.manual_seed(3)
+    u = torch.rand(4096, dtype=torch.float64)
+    expected = (cdf[None, :] <= u[:, None]).sum(1)
+    torch.manual_seed(3)
+    assert torch.equal(buffer.sample(4096).rewards.long(), expected)
+
+
+def test_fading_draw_on_a_cdf_step_takes_the_next_transition(monkeypatch):
+    # u = 0 lies on the step of the zero-weight oldest transition: it must not be drawn. u equal to
+    # cdf[k] belongs to transition k + 1 (the interval [cdf[k], cdf[k + 1]) ).
+    buffer = FadingReplayBuffer(4, (3,), (1,), weight_fn=lambda u: (u > 0).double())
+    fill(buffer, 4)  # weights 0, 1, 1, 1: cdf 0, 1/3, 2/3, 1
+    draws = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64) / 3.0  # cdf[0], cdf[1], cdf[2] exactly
+    monkeypatch.setattr(torch, "rand", lambda *args, **kwargs: draws.clone())
+    assert buffer.sample(3).rewards.tolist() == [1.0, 2.0, 3.0]

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 import torch
 
 from cleanrl_style import RewardScaler, RunningNorm
@@ -65,3 +66,31 @@ def test_reward_scaler_divides_by_return_std_and_resets_at_done():
     stats.update(torch.tensor([1.0, 2.0]))
     stats.update(torch.tensor([1.5, 1.0]))
     assert torch.allclose(out, torch.tensor([1.0, 1.0]) / torch.sqrt(stats.var + 1e-8).float())
+
+
+def test_output_keeps_the_input_dtype():
+    norm = RunningNorm(2)
+    norm.update(torch.randn(50, 2, dtype=torch.float64) * 3 + 1)
+    assert norm(torch.randn(4, 2)).dtype == torch.float32
+    assert norm(torch.randn(4, 2, dtype=torch.float64)).dtype == torch.float64
+
+
+def test_eps_is_added_to_the_variance():
+    # Hand computation with var = 0: (x - m) / sqrt(0 + eps).
+    norm = RunningNorm(1, eps=0.25)
+    norm.var.zero_()
+    norm.mean.fill_(1.0)
+    assert norm(torch.tensor([[2.0], [0.0]])).tolist() == [[2.0], [-2.0]]
+
+
+def test_clip_bounds_both_signs():
+    norm = RunningNorm(2, clip=3.0)
+    out = norm(torch.tensor([[-1e6, 1e6], [-2.0, 2.0]]))
+    assert out.tolist() == [[-3.0, 3.0], [pytest.approx(-2.0), pytest.approx(2.0)]]
+
+
+def test_reward_scaler_clips_to_ten_by_default():
+    scaler = RewardScaler(num_envs=3, gamma=0.99).eval()  # eval: the return statistics stay frozen
+    scaler.return_stats.var.fill_(0.01**2 - 1e-8)  # std(G) = 0.01
+    out = scaler(torch.tensor([1.0, -1.0, 0.05]), torch.tensor([False, False, False]))
+    assert out.tolist() == [10.0, -10.0, pytest.approx(5.0)]
