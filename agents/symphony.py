@@ -73,13 +73,11 @@ Differences from the pinned commit (S3 at ``1318d66``), besides gradient dropout
   actor-critic copy), ReSine, the sorted-node target, ``Qbar`` (the batch mean of the previous
   ``Q_T``, from 0), the noise, the swaddling, the critic target ``r + gamma (1 - d) q'``.
 
-Choices made here (the paper and the official code leave them open, or this suite differs):
+Choices made here where the paper leaves them open (S3 makes the same ones, unless listed above):
 - ``q'`` uses the actor's noisy action at ``s'`` (reparameterized, like SAC's sampled next action);
   swaddling is computed on the same forward pass (the actor's ``S``, ``B`` at ``s'``).
-- ``Q_T`` is a baseline: detached in the advantage. ``|Q_T|`` is clamped at 1e-3 (``--adv-eps``; the
-  official code divides unclamped). ``Omega`` arguments are clamped to ``1 - 1e-6``.
-- Actions are scaled to the env's bounds (the official code uses ``a_max = 1`` for every env).
-  Evaluation acts with ``a_max * tanh(S * A)`` (no noise); there is no observation normalization.
+- ``Q_T`` is a baseline: detached in the advantage (``--adv-eps`` sets the clamp of ``|Q_T|``).
+- Evaluation acts with ``a_max * tanh(S * A)`` (no noise); there is no observation normalization.
 - Later top-level versions of the official code (after the pin) add ``0.1 * sum(a^2)`` to the stored
   reward (``--action-reward 0.1`` does the same; S3 does not) and subtract the swaddling value in
   the critic target (``r + gamma (1 - d)(q' - Sw)``; S3 and this agent do not).
