@@ -1,0 +1,187 @@
+"""Figures and tables from run folders: learning curves, aggregates across envs, NaP, LLM metrics.
+
+    python -m cleanrl_style.plot runs/sweep [more run folders or parents] --out plots/ [--reference]
+
+Reads every run under the given folders (a folder with ``progress.csv`` and ``args.json``) and writes:
+
+``curves_steps.png`` / ``curves_time.png``
+    one panel per env, the metric (``--metric``, default ``charts/episodic_return``) over environment
+    steps / wall-clock seconds, one line per agent or flag value: the mean across seeds with a
+    bootstrap confidence band (``--estimator iqm`` for the interquartile mean instead).
+``summary.md`` / ``summary.csv``
+    the final return of each line on each env (mean over the last ``--final-fraction`` of a run's
+    steps), mean, bootstrap CI and IQM over seeds; ``eval/return_mean`` too where runs logged it.
+``aggregate.png`` / ``aggregate.csv``
+    across envs: each run's final return is min-max normalized per env (over every run plotted),
+    then the IQM, median and mean of a line, with stratified bootstrap CIs (seeds resampled within
+    each env).
+``performance_profile.png`` / ``.csv`` (runs on two envs or more)
+    the score distribution of each line: the fraction of its runs whose normalized final return
+    exceeds each threshold, with CI bands.
+``probability_of_improvement.png`` / ``.csv`` (two lines or more, on two envs or more)
+    for each pair of lines X, Y: the probability that a run of X beats a run of Y on an env picked
+    at random (over the envs both ran), with its CI.
+``nap_<env>.png``
+    the NaP figure: per-layer weight norm and effective learning rate (``nap/norm/*``,
+    ``nap/eff_lr/*``) over training, one line per agent or flag value (with and without projection).
+``llm_<env>.png``
+    for language-model agents: ``charts/success_rate`` (and ``charts/test_success_rate``),
+    ``charts/zero_variance_fraction`` and each seed's wall time per iteration.
+``llm_summary.md`` / ``llm_summary.csv``
+    for language-model agents, one row per (line, env): held-out success at each evaluated
+    iteration and at the last, the mean training success and zero-variance fraction over the
+    iterations, and the wall time (means over seeds).
+
+Lines are named by the sweep's label (``sweep.json``), else by the agent (``exp_name``) and the
+arguments that differ between its runs; ``--group-by nap learning_rate`` names them by those
+arguments instead. ``--reference`` overlays the published Gymnasium-MuJoCo curves shipped in
+``cleanrl_style/reference_curves/`` (evaluation returns on the v4 tasks; Apache-2.0, see its README)
+on the matching envs, cut at the runs' budget (alone: at the budget all published algorithms
+reached), and adds them to the summary and the aggregates.
+
+Statistics come from rliable (Agarwal et al., 2021, arXiv:2108.13264): the IQM drops the lowest and
+the highest quarter of the values (``floor(n / 4)`` each) and averages the rest; a CI is the
+``(1 - ci) / 2`` and ``(1 + ci) / 2`` percentiles of the estimate over ``--n-boot`` resamples of the
+seeds, with replacement, within each env. With fewer than ``MIN_SEEDS_FOR_CI`` (5) seeds there is
+no interval: tables leave it empty and name the method ``none (n < 5)``, and figures shade the seeds'
+range instead, saying so in their titles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Literal
+
+import tyro
+
+from cleanrl_style.logger import CSV_NAME
+from cleanrl_style.plot.aggregates import (
+    aggregate_rows,
+    improvement_rows,
+    normalized_scores,
+    performance_profiles,
+    plot_aggregate,
+    plot_improvement,
+    plot_performance_profile,
+)
+from cleanrl_style.plot.curves import plot_curves
+from cleanrl_style.plot.data import RETURN, RunData, load_runs
+from cleanrl_style.plot.llm import llm_summary_rows, plot_llm
+from cleanrl_style.plot.nap import plot_nap
+from cleanrl_style.plot.reference import with_reference
+from cleanrl_style.plot.stats import MIN_SEEDS_FOR_CI, summary_rows, write_table
+
+# ----- command line ------------------------------------------------------------------------------
+
+
+def make_all(
+    runs: list[RunData],
+    out: Path,
+    metric: str = RETURN,
+    estimator: str = "mean",
+    ci: float = 0.95,
+    n_boot: int = 2000,
+    smooth_window: int = 1,
+    final_fraction: float = 0.1,
+    seed: int = 0,
+) -> list[Path]:
+    """Every figure and table the runs support, into ``out``; returns the files written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for x in ("step", "time"):
+        written.append(plot_curves(runs, out, metric, x, estimator, ci, n_boot, smooth_window, seed))
+    rows = summary_rows(runs, metric, final_fraction, ci, n_boot, seed)
+    if rows:
+        write_table(
+            rows,
+            out / "summary.csv",
+            out / "summary.md",
+            f"Final {metric} (mean over the last {final_fraction:.0%} of steps; mean, interval (method in its "
+            f"column; none under {MIN_SEEDS_FOR_CI} seeds), range and IQM over seeds)",
+        )
+        written += [out / "summary.csv", out / "summary.md"]
+    agg = aggregate_rows(runs, metric, final_fraction, ci, n_boot, seed)
+    if agg:
+        write_table(agg, out / "aggregate.csv")
+        written += [out / "aggregate.csv", plot_aggregate(agg, out, ci)]
+    # Performance profiles and the probability of improvement compare lines across several envs.
+    n_envs = len({env for per_env in normalized_scores(runs, metric, final_fraction).values() for env in per_env})
+    if n_envs >= 2:
+        taus, profiles = performance_profiles(runs, metric, final_fraction, ci, n_boot, seed)
+        write_table(
+            [
+                {"agent": label, "tau": float(t), "fraction": float(p), "low": float(lo), "high": float(hi)}
+                for label, (profile, low, high) in profiles.items()
+                for t, p, lo, hi in zip(taus, profile, low, high)
+            ],
+            out / "performance_profile.csv",
+        )
+        written += [out / "performance_profile.csv", plot_performance_profile(taus, profiles, out, n_envs, ci)]
+        improvement = improvement_rows(runs, metric, final_fraction, ci, n_boot, seed)
+        if improvement:
+            write_table(improvement, out / "probability_of_improvement.csv")
+            written += [out / "probability_of_improvement.csv", plot_improvement(improvement, out, ci)]
+    llm_rows = llm_summary_rows(runs)
+    if llm_rows:
+        write_table(llm_rows, out / "llm_summary.csv", out / "llm_summary.md", "Language-model runs (means over seeds)")
+        written += [out / "llm_summary.csv", out / "llm_summary.md"]
+    written += plot_nap(runs, out, ci, seed=seed) + plot_llm(runs, out, ci, seed=seed)
+    return [p for p in written if p is not None]
+
+
+@dataclass
+class PlotArgs:
+    """Figures and tables from run folders (see the module docstring for each file written)."""
+
+    paths: Annotated[list[str], tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR ...")] = field(default_factory=list)
+    """run folders, or folders holding them (searched recursively)"""
+    out: Annotated[str | None, tyro.conf.arg(metavar="DIR")] = None
+    """where to write (default: <first path>/plots, or plots/)"""
+    metric: str = RETURN
+    """the logged metric to draw and summarize"""
+    estimator: Literal["mean", "iqm"] = "mean"
+    """across seeds, at each point of a curve"""
+    ci: float = 0.95
+    """confidence level of the bootstrap intervals"""
+    n_boot: int = 2000
+    """bootstrap resamples"""
+    smooth: int = 1
+    """moving average over this many logged points"""
+    final_fraction: float = 0.1
+    """final return: the mean over this last part of a run's steps"""
+    group_by: list[str] | None = None
+    """name lines by these args.json keys"""
+    reference: bool = False
+    """overlay the published Gymnasium-MuJoCo curves"""
+    envs: list[str] | None = None
+    """only these envs (short names, e.g. Hopper Ant)"""
+    seed: int = 0
+    """seed of the bootstrap"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = tyro.cli(PlotArgs, args=argv, prog="python -m cleanrl_style.plot", description=__doc__)
+    if not args.paths and not args.reference:
+        raise SystemExit("python -m cleanrl_style.plot: give run folders, or --reference to draw the published curves alone")
+    runs = load_runs(args.paths, args.group_by) if args.paths else []
+    if args.paths and not runs:
+        raise SystemExit(f"python -m cleanrl_style.plot: no runs (folders with {CSV_NAME} and args.json) under {args.paths}")
+    env_keys = {e.split("-v")[0] for e in args.envs} if args.envs else None
+    if env_keys:
+        runs = [r for r in runs if r.env_key in env_keys]
+    if args.reference:
+        runs = with_reference(runs, env_keys)
+    out = Path(args.out) if args.out else (Path(args.paths[0]) / "plots" if args.paths else Path("plots"))
+    written = make_all(
+        runs, out, args.metric, args.estimator, args.ci, args.n_boot, args.smooth, args.final_fraction, args.seed
+    )
+    print(
+        f"{len([r for r in runs if not r.reference])} runs" + (" + published curves" if args.reference else "") + f" -> {out}"
+    )
+    for path in written:
+        print(f"  {path}")
+    for table in ("summary.md", "llm_summary.md"):
+        if out / table in written:
+            print((out / table).read_text())
+    return 0

@@ -1,0 +1,103 @@
+"""The language-model agents' table and figure: success, zero-variance groups and wall time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from cleanrl_style.plot.data import LLM_METRICS, RunData, by_label_and_env, file_part
+from cleanrl_style.plot.stats import band_note
+from cleanrl_style.plot.style import _colors, _draw_band, _pyplot
+
+
+def llm_summary_rows(runs: list[RunData]) -> list[dict]:
+    """One row per (line, env) of language-model runs; every figure a mean over the line's seeds."""
+    rows = []
+    llm_runs = [r for r in runs if any(m in r.series for m in LLM_METRICS)]
+
+    def mean_of(group: list[RunData], metric: str, reduce: Callable[[np.ndarray], float]) -> float:
+        values = [reduce(r.series[metric]) for r in group if metric in r.series and len(r.series[metric])]
+        return float(np.mean(values)) if values else float("nan")
+
+    for (label, env), group in by_label_and_env(llm_runs).items():
+        tested = [r.series["charts/test_success_rate"] for r in group if "charts/test_success_rate" in r.series]
+        steps = sorted({int(step) for rows_ in tested for step in rows_[:, 0]})
+        by_step = {
+            step: np.mean([rows_[rows_[:, 0] == step, 2][-1] for rows_ in tested if step in rows_[:, 0]]) for step in steps
+        }
+        logged = [r.series[m] for r in group for m in LLM_METRICS if m in r.series and len(r.series[m])]
+        rows.append(
+            {
+                "agent": label,
+                "env": env,
+                "seeds": len(group),
+                "iterations": int(max((rows_[:, 0].max() for rows_ in logged), default=0)),
+                "test success by iteration": ", ".join(f"{step}: {value:.3f}" for step, value in by_step.items()) or "-",
+                "test success (last)": float(by_step[steps[-1]]) if steps else float("nan"),
+                "train success (mean)": mean_of(group, "charts/success_rate", lambda a: a[:, 2].mean()),
+                "zero-variance fraction (mean)": mean_of(group, "charts/zero_variance_fraction", lambda a: a[:, 2].mean()),
+                "minutes": float(np.mean([rows_[:, 1].max() / 60 for rows_ in logged])) if logged else float("nan"),
+            }
+        )
+    return rows
+
+
+def plot_llm(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 1000, seed: int = 0) -> list[Path]:
+    """Per env: success rate (train solid, test dashed), zero-variance group fraction and wall time per step."""
+    plt = _pyplot()
+    paths = []
+    llm_runs = [r for r in runs if any(m in r.series for m in LLM_METRICS)]
+    for env in sorted({r.env for r in llm_runs}):
+        here = [r for r in llm_runs if r.env == env]
+        colors = _colors(sorted({r.label for r in here}))
+        fig, (ax_success, ax_zero, ax_time) = plt.subplots(
+            1, 3, figsize=(15, 4), layout="constrained", gridspec_kw={"width_ratios": [1, 1, 0.8]}
+        )
+        for (label, _), group in by_label_and_env(here).items():
+            # Held-out success is evaluated every few iterations: drawn at those iterations, with markers.
+            evaluated = max((len(np.unique(r.series["charts/test_success_rate"][:, 0])) for r in group
+                             if "charts/test_success_rate" in r.series), default=0)  # fmt: skip
+            for metric, suffix, style, points, marker in (
+                ("charts/success_rate", "train", "-", 100, None),
+                ("charts/test_success_rate", "test", "--", max(evaluated, 1), "o"),
+            ):
+                _draw_band(
+                    ax_success, group, metric, "step", colors[label], "mean", ci, n_boot, seed, 1,
+                    points=points, label=f"{label} ({suffix})", linestyle=style, marker=marker,
+                )  # fmt: skip
+            _draw_band(
+                ax_zero,
+                group,
+                "charts/zero_variance_fraction",
+                "step",
+                colors[label],
+                "mean",
+                ci,
+                n_boot,
+                seed,
+                1,
+                label=label,
+            )
+            for run in group:  # wall time is a cost of each run, not a statistic: one line per seed
+                rows = next((run.series[m] for m in LLM_METRICS if m in run.series and len(run.series[m])), None)
+                if rows is not None:
+                    ax_time.plot(rows[:, 0], rows[:, 1] / 60, color=colors[label], lw=1.2, marker=".",
+                                 label=label if run is group[0] else None)  # fmt: skip
+        ax_success.set_title("success rate")
+        ax_zero.set_title("fraction of groups with zero reward variance")
+        ax_time.set_title("wall time (each seed)")
+        ax_time.set_ylabel("minutes since start")
+        for ax in (ax_success, ax_zero, ax_time):
+            ax.set_xlabel("iteration")  # the language-model agents' step
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        for ax in (ax_success, ax_zero):
+            ax.set_ylim(-0.02, 1.02)
+        fig.suptitle(f"{env} (mean over seeds; {band_note(ci)})")
+        path = out / f"llm_{file_part(env)}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
