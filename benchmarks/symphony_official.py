@@ -243,7 +243,7 @@ def _load_pull_model(run_dir: Path, official_dir: str, env):
         soft_q = lambda obs, act: target.critic_soft(obs, act)[0].squeeze(-1)
         return explore, actor_asb, soft_q, float(state["q_bar"]), torch.ones(act_dim)
     from cleanrl_style.checkpoint import load_checkpoint
-    from cleanrl_style.run import args_from_dict
+    from cleanrl_style.cli import args_from_dict
 
     agent_module = _suite_agent_module()
     agent_args = args_from_dict(agent_module.Args, saved)

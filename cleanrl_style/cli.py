@@ -188,3 +188,8 @@ def install_error_handler() -> None:
 
     setattr(handle, "_cleanrl_style", True)  # noqa: B010  (marks our hook; a function has no such declared attribute)
     sys.excepthook = handle
+
+
+def args_from_dict(args_class: type, saved: dict[str, Any]) -> Any:
+    """Rebuild an agent's ``Args`` from its JSON/checkpoint form (JSON turns tuples into lists)."""
+    return args_class(**{k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()})

@@ -27,8 +27,7 @@ import tyro
 
 import envs
 from cleanrl_style.checkpoint import load_checkpoint
-from cleanrl_style.cli import UsageError, require
-from cleanrl_style.run import args_from_dict
+from cleanrl_style.cli import UsageError, args_from_dict, require
 
 if TYPE_CHECKING:
     from cleanrl_style.video import Episode

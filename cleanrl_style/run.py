@@ -126,11 +126,6 @@ class RunArgs(BaseRunArgs):
     own rule, stated in its docstring"""
 
 
-def args_from_dict(args_class: type, saved: dict[str, Any]) -> Any:
-    """Rebuild an agent's ``Args`` from its JSON/checkpoint form (JSON turns tuples into lists)."""
-    return args_class(**{k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()})
-
-
 def _args_from_saved(args: Any, run_dir: Path) -> Any:
     """The saved run's arguments with the flags given now applied where they may change.
 
