@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from cleanrl_style.plot.data import RETURN, SPARSE_POINTS, RunData, by_label_and_env
@@ -65,8 +66,12 @@ def curves_figure(
         plain_axis(ax)
     _figure_legend(fig, _legend_handles(axes), len(envs))
     band = f"{'IQM' if estimator == 'iqm' else 'mean'} across seeds; {band_note(ci)}"
-    sep = "\n" if len(envs) < 3 else " "  # a narrow figure takes the title on two lines
-    fig.suptitle(f"{metric} over {'environment steps' if x == 'step' else 'wall-clock time'}{sep}({band})", fontsize=11)
+    title = f"{metric} over {'environment steps' if x == 'step' else 'wall-clock time'}"
+    if len(envs) < 3:  # a narrow figure takes the title on several lines
+        title += "\n" + textwrap.fill(f"({band})", 64)
+    else:
+        title += f" ({band})"
+    fig.suptitle(title, fontsize=11)
     return fig
 
 
