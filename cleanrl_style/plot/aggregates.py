@@ -18,7 +18,7 @@ from cleanrl_style.plot.stats import (
     probability_of_improvement,
     score_distribution,
 )
-from cleanrl_style.plot.style import _colors, _figure_legend, _legend_handles, _pyplot
+from cleanrl_style.plot.style import _colors, _figure_legend, _legend_handles, _pyplot, save_figure
 
 
 def normalized_scores(
@@ -158,9 +158,7 @@ def plot_aggregate(rows: list[dict], out: Path, ci: float = 0.95) -> Path | None
         f"Aggregate across envs ({ci:.0%} stratified bootstrap CI, rliable; none under {MIN_SEEDS_FOR_CI} runs)", fontsize=11
     )
     path = out / "aggregate.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_performance_profile(
@@ -188,9 +186,7 @@ def plot_performance_profile(
         fontsize=11,
     )
     path = out / "performance_profile.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_improvement(rows: list[dict], out: Path, ci: float = 0.95) -> Path | None:
@@ -215,6 +211,4 @@ def plot_improvement(rows: list[dict], out: Path, ci: float = 0.95) -> Path | No
         fontsize=11,
     )
     path = out / "probability_of_improvement.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -13,8 +13,8 @@ from cleanrl_style.plot.style import (
     _figure_legend,
     _legend_handles,
     _panels,
-    _pyplot,
     plain_axis,
+    save_figure,
     steps_axis,
 )
 
@@ -81,6 +81,4 @@ def plot_curves(runs: list[RunData], out: Path, metric: str = RETURN, x: str = "
     if fig is None:
         return None
     path = out / f"curves_{'steps' if x == 'step' else 'time'}.png"
-    fig.savefig(path, dpi=120)
-    _pyplot().close(fig)
-    return path
+    return save_figure(fig, path)

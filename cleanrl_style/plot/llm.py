@@ -9,7 +9,7 @@ import numpy as np
 
 from cleanrl_style.plot.data import LLM_METRICS, RunData, by_label_and_env, file_part
 from cleanrl_style.plot.stats import band_note
-from cleanrl_style.plot.style import _colors, _draw_band, _pyplot
+from cleanrl_style.plot.style import _colors, _draw_band, _pyplot, save_figure
 
 
 def llm_summary_rows(runs: list[RunData]) -> list[dict]:
@@ -97,7 +97,5 @@ def plot_llm(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
             ax.set_ylim(-0.02, 1.02)
         fig.suptitle(f"{env} (mean over seeds; {band_note(ci)})")
         path = out / f"llm_{file_part(env)}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save_figure(fig, path, dpi=110))
     return paths

@@ -7,7 +7,16 @@ from pathlib import Path
 
 from cleanrl_style.plot.data import RunData, by_label_and_env, file_part
 from cleanrl_style.plot.stats import band_note
-from cleanrl_style.plot.style import _colors, _draw_band, _figure_legend, _legend_handles, _pyplot, plain_axis, steps_axis
+from cleanrl_style.plot.style import (
+    _colors,
+    _draw_band,
+    _figure_legend,
+    _legend_handles,
+    _pyplot,
+    plain_axis,
+    save_figure,
+    steps_axis,
+)
 
 
 def layers_by_position(run: RunData) -> RunData:
@@ -69,7 +78,5 @@ def plot_nap(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
         _figure_legend(fig, _legend_handles(axes.flat), len(layers) * 2)
         fig.suptitle(f"NaP on {env}: per-layer ||W|| and lr/||W|| (mean over seeds; {band_note(ci)})")
         path = out / f"nap_{file_part(env)}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save_figure(fig, path, dpi=110))
     return paths

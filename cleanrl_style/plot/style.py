@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,13 @@ from cleanrl_style.plot.stats import ESTIMATORS, MIN_SEEDS_FOR_CI, interval_esti
 # ----- figures -----------------------------------------------------------------------------------
 # Panels keep a fixed size and the figure grows around them: the legend and titles take their own
 # room instead of squeezing the plots (constrained layout, legend outside the axes).
+
+
+def save_figure(fig, path: Path, dpi: int = 120) -> Path:
+    """Write ``fig`` to ``path`` and free it (pyplot keeps every open figure alive)."""
+    fig.savefig(path, dpi=dpi)
+    _pyplot().close(fig)
+    return path
 
 
 def panel_size(n: int) -> tuple[float, float]:
