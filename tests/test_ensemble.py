@@ -172,8 +172,8 @@ def test_batched_layers_compute_each_members_function(make):
 
 @pytest.mark.parametrize(
     "make",
-    [lambda: nn.Linear(4, 2), lambda: nn.Sequential(nn.Linear(4, 3), Unflagged(3)), Shifted],
-    ids=["bare_linear", "unflagged_parameter", "buffer"],
+    [lambda: nn.Linear(4, 2), lambda: nn.Sequential(nn.Linear(4, 3), Unflagged(3)), Shifted, lambda: nn.Sequential(Shifted())],
+    ids=["bare_linear", "unflagged_parameter", "buffer", "nested_buffer"],
 )
 def test_members_that_cannot_be_batched_run_under_vmap(make):
     ensemble, made = recorded(make, 3)
@@ -186,15 +186,18 @@ def test_members_that_cannot_be_batched_run_under_vmap(make):
     assert all(not p.requires_grad for p in views.parameters())
 
 
-def test_member_buffers_are_stacked_and_viewed_per_member():
-    ensemble, made = recorded(Shifted, 3)
-    assert ensemble.buffer_names == ["shift"]
-    assert torch.equal(ensemble.stacked_buffers()["shift"], torch.stack([m.shift for m in made]))
+@pytest.mark.parametrize("nested", [False, True])
+def test_member_buffers_are_stacked_and_viewed_per_member(nested):
+    ensemble, made = recorded((lambda: nn.Sequential(Shifted())) if nested else Shifted, 3)
+    name = "0.shift" if nested else "shift"
+    shifted = (lambda m: m[0]) if nested else (lambda m: m)
+    assert ensemble.buffer_names == [name]
+    assert torch.equal(ensemble.stacked_buffers()[name], torch.stack([shifted(m).shift for m in made]))
     views = ensemble.members()
-    assert [torch.equal(v.shift, m.shift) for v, m in zip(views, made)] == [True] * 3
+    assert [torch.equal(shifted(v).shift, shifted(m).shift) for v, m in zip(views, made)] == [True] * 3
     with torch.no_grad():
-        ensemble.stacked_buffers()["shift"][1].add_(1.0)  # the views share the stacked memory
-    assert torch.equal(views[1].shift, made[1].shift + 1.0)
+        ensemble.stacked_buffers()[name][1].add_(1.0)  # the views share the stacked memory
+    assert torch.equal(shifted(views[1]).shift, shifted(made[1]).shift + 1.0)
 
 
 def test_vmap_detached_parameters_pass_gradients_to_the_inputs_only():
