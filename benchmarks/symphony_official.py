@@ -202,9 +202,10 @@ def main() -> None:
             run.log(global_step, {"charts/episodic_return": episode_return, "charts/episodic_length": float(t)})
     env.close()
 
-    run.final_evaluation(OfficialPolicy(algo), global_step)
+    # Saved before the evaluation: a run whose evaluation fails keeps its networks (pull, a later evaluation).
     nets = {"online": algo.nets.online.state_dict(), "target": algo.nets.target.state_dict()}
     torch.save({**nets, "q_bar": algo.nets.q_next_ema, "reward_norm": algo.replay_buffer.norm}, run.dir / NETS_NAME)
+    run.final_evaluation(OfficialPolicy(algo), global_step)
     run.close()
 
 
