@@ -15,6 +15,9 @@ if ! python3 -c "import venv, ensurepip" 2>/dev/null; then
     echo "error: python3's venv module is missing; install it (Debian/Ubuntu: apt-get install python3-venv) and rerun ./install.sh" >&2
     exit 2
 fi
+if ! command -v g++ > /dev/null || ! python3 -c "import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))"; then
+    echo "warning: no g++ or no Python headers: torch.compile cannot build kernels, so compiled updates run eagerly and the tests of the compiled paths fail (Debian/Ubuntu: apt-get install g++ python3-dev)" >&2
+fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 . .venv/bin/activate
 python -m pip install --quiet --upgrade pip
