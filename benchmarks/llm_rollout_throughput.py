@@ -31,8 +31,8 @@ then, after the last round,
 
 The model is set up as the agents set it up (``build_policy``: the policy, a frozen reference
 copy, AdamW), and the process's peak resident memory (``getrusage``'s ``ru_maxrss``) and current
-RSS are printed after the setup, the generation and the update (llama.cpp's model is loaded after
-them). Last, the memory-bandwidth bound:
+RSS are printed after the setup, the generation and the update (llama.cpp runs in a
+process of its own, so a crash there does not end the report). Last, the memory-bandwidth bound:
 the best of 5 copies of a 256 MB tensor on one thread gives a bandwidth (bytes read plus written
 per second); the fp32 weights' bytes over it is the least time of one decoding step that reads
 every weight once, so its inverse bounds decoding steps/s of one sequence, and times the batch
@@ -50,12 +50,15 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import platform
 import resource
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -166,46 +169,86 @@ def load_agent(name: str) -> Any:
 # ---- llama.cpp: the anchor ----------------------------------------------------------------------------
 
 
-def llama_or_reason(gguf: Path, threads: int, context: int) -> tuple[Any, str]:
-    try:
-        import llama_cpp
-    except ImportError as exc:
-        return None, f"llama.cpp anchor skipped: `import llama_cpp` failed ({exc}); install it with: {LLAMA_INSTALL}"
-    llm = llama_cpp.Llama(
-        model_path=str(gguf), n_ctx=context, n_threads=threads, n_threads_batch=threads, n_batch=512, verbose=False
-    )
-    return llm, f"llama-cpp-python {llama_cpp.__version__}"
-
-
-def llama_replay(llm: Any, rollouts: list[Rollout]) -> dict[str, float]:
-    """Each rollout's turns under llama.cpp, teacher-forced with the collector's sampled tokens:
+def llama_replay(llm: Any, episodes: list[dict[str, Any]]) -> dict[str, float]:
+    """Each episode's turns under llama.cpp, teacher-forced with the collector's sampled tokens:
     prefill the tokens since the last turn, then decode the turn's tokens one at a time (the last
     one is fed with the next turn's prefill, as the collector does). Episodes run one after
-    another; a prefix shared with the previous episode stays in llama.cpp's cache."""
+    another; a prefix shared with the previous episode stays in llama.cpp's cache.
+
+    ``episodes``: ``{"tokens": [...], "turns": [[start, end], ...]}`` each."""
     generated, prefilled, seconds = 0, 0, 0.0
     previous: list[int] = []
-    for r in rollouts:
+    for episode in episodes:
+        tokens = episode["tokens"]
         keep = 0
-        while keep < min(len(previous), len(r.tokens)) - 1 and previous[keep] == r.tokens[keep]:
+        while keep < min(len(previous), len(tokens)) - 1 and previous[keep] == tokens[keep]:
             keep += 1
         started = time.perf_counter()
         llm.n_tokens = keep  # eval() drops the cache after n_tokens
         fed = keep
-        for turn in r.turns:
-            llm.eval(r.tokens[fed : turn.start])
-            prefilled += turn.start - fed
-            for token in r.tokens[turn.start : turn.end - 1]:
+        for start, end in episode["turns"]:
+            llm.eval(tokens[fed:start])
+            prefilled += start - fed
+            for token in tokens[start : end - 1]:
                 llm.eval([token])
-            fed = max(turn.end - 1, turn.start)
-            generated += turn.end - turn.start
+            fed = max(end - 1, start)
+            generated += end - start
         seconds += time.perf_counter() - started
-        previous = r.tokens[:fed]
+        previous = tokens[:fed]
     return {
         "generated_tokens": generated,
         "prefilled_tokens": prefilled,
         "seconds": seconds,
         "tokens_per_second": generated / seconds,
     }
+
+
+def llama_child(path: str) -> None:
+    """``--llama-replay FILE``: the anchor in a process of its own (a crash in llama.cpp does not
+    take the report with it); reads the rounds' episodes, prints one JSON line per round."""
+    import llama_cpp
+
+    job = json.loads(Path(path).read_text())
+    llm = llama_cpp.Llama(
+        model_path=job["gguf"],
+        n_ctx=job["context"],
+        n_threads=job["threads"],
+        n_threads_batch=job["threads"],
+        n_batch=512,
+        verbose=False,
+    )
+    print(json.dumps({"version": llama_cpp.__version__}), flush=True)
+    for episodes in job["rounds"]:
+        print(json.dumps(llama_replay(llm, episodes)), flush=True)
+
+
+def llama_anchor(gguf: Path, threads: int, replays: list[list[Rollout]]) -> tuple[list[dict[str, float]], str]:
+    """Run ``llama_child`` on every round's rollouts; the per-round figures and a note."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return [], f"llama.cpp anchor skipped: `import llama_cpp` failed (not installed); install it with: {LLAMA_INSTALL}"
+    context = max(4096, max(len(x.tokens) for rollouts in replays for x in rollouts) + 64)
+    job = {
+        "gguf": str(gguf),
+        "context": context,
+        "threads": threads,
+        "rounds": [
+            [{"tokens": x.tokens, "turns": [[t.start, t.end] for t in x.turns]} for x in rollouts] for rollouts in replays
+        ],
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(job, f)
+    try:
+        child = subprocess.run([sys.executable, __file__, "--llama-replay", f.name], capture_output=True, text=True)
+    finally:
+        os.unlink(f.name)
+    lines = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
+    if child.returncode != 0 or len(lines) != len(replays) + 1:
+        tail = child.stderr.strip().splitlines()[-3:]
+        status = (
+            f"signal {signal.Signals(-child.returncode).name}" if child.returncode < 0 else f"exit status {child.returncode}"
+        )
+        return [], f"llama.cpp anchor failed: {status} ({' | '.join(tail) or 'no message'})"
+    return lines[1:], f"llama-cpp-python {lines[0]['version']}"
 
 
 # ---- the modes ------------------------------------------------------------------------------------------
@@ -225,7 +268,7 @@ def report(args: argparse.Namespace) -> None:
     settings = settings_of(args)
     loss_fn = grpo.clipped_token_loss(clip_coef=0.2, kl_coef=0.1)
     gguf = find_gguf(Path(args.model)) if args.model else find_gguf(default_model_dir())
-    llm, llama_note = (None, "llama.cpp anchor skipped: --no-llama") if args.no_llama else (None, "")
+    llama_note = "llama.cpp anchor skipped: --no-llama" if args.no_llama else ""
     rates: dict[str, list[float]] = {"generation": [], "training": [], "training_trained": [], "llama": []}
     replays: list[list[Rollout]] = []
     for r in range(args.rounds):
@@ -273,25 +316,21 @@ def report(args: argparse.Namespace) -> None:
 
         replays.append(rollouts)
 
-    # llama.cpp after every round of ours: one process, so its model is loaded last and does not
-    # count in the peaks above.
+    # llama.cpp after every round of ours, in a process of its own: its memory is not in the peaks above.
+    anchored = False
     if not llama_note:
-        if gguf is None:
-            llama_note = "llama.cpp anchor skipped: no .gguf file for this model"
-        else:
-            context = max(len(x.tokens) for rollouts in replays for x in rollouts) + 64
-            llm, llama_note = llama_or_reason(gguf, args.threads, max(context, 4096))
-        print(llama_note, flush=True)
-    for r, rollouts in enumerate(replays if llm is not None else []):
-        anchor = llama_replay(llm, rollouts)
-        rates["llama"].append(anchor["tokens_per_second"])
-        print(
-            f"round {r}: llama.cpp: {anchor['generated_tokens']:.0f} tokens in {anchor['seconds']:.1f} s = "
-            f"{anchor['tokens_per_second']:.1f} tokens/s; prefilled {anchor['prefilled_tokens']:.0f} tokens",
-            flush=True,
+        anchors, llama_note = (
+            llama_anchor(gguf, args.threads, replays) if gguf else ([], "llama.cpp anchor skipped: no .gguf file")
         )
-    if llm is not None:
-        memory("the llama.cpp replays (its model and cache in this process too)")
+        print(llama_note, flush=True)
+        for r, anchor in enumerate(anchors):
+            rates["llama"].append(anchor["tokens_per_second"])
+            print(
+                f"round {r}: llama.cpp: {anchor['generated_tokens']:.0f} tokens in {anchor['seconds']:.1f} s = "
+                f"{anchor['tokens_per_second']:.1f} tokens/s; prefilled {anchor['prefilled_tokens']:.0f} tokens",
+                flush=True,
+            )
+        anchored = bool(anchors)
 
     bandwidth = copy_bandwidth()
     weight_bytes = sum(p.numel() * p.element_size() for p in policy.parameters())
@@ -305,7 +344,7 @@ def report(args: argparse.Namespace) -> None:
         f"{args.max_new_tokens} tokens each, sampling at temperature 1, {args.precision}, device {args.device}, "
         f"{args.rounds} round(s)"
     )
-    llama_version = llama_note if llm is not None else "llama.cpp not run"
+    llama_version = llama_note if anchored else "llama.cpp not run"
     print(
         f"conditions: {time.strftime('%Y-%m-%d')}, {cpu_model()}, {os.cpu_count()} cores, {args.threads} torch thread(s), "
         f"1-minute load average {load_before:.1f} before and {load_after:.1f} after; torch {torch.__version__}, "
@@ -409,7 +448,10 @@ def main() -> None:
         "--threads", type=int, default=None, help="torch (and llama.cpp) threads; default 1 (report), 2 (cache)"
     )
     parser.add_argument("--no-llama", action="store_true", help="report: skip the llama.cpp anchor")
+    parser.add_argument("--llama-replay", default="", help=argparse.SUPPRESS)  # the anchor's own process
     args = parser.parse_args()
+    if args.llama_replay:
+        return llama_child(args.llama_replay)
     if args.threads is None:
         args.threads = 1 if args.mode == "report" else 2
     torch.set_num_threads(args.threads)
