@@ -40,10 +40,21 @@ def is_dmc(env_id: str) -> bool:
     return env_id.startswith((PREFIX, GYM_NAMESPACE))
 
 
+def default_gl_platform() -> str | None:
+    """The MuJoCo GL platform to set when ``MUJOCO_GL`` is unset: EGL (off-screen, no display) where
+    libEGL is installed; otherwise none, since ``import mujoco`` fails outright with MUJOCO_GL=egl and
+    no libEGL (a minimal Debian has none), and DMC's physics needs no rendering."""
+    import ctypes.util
+
+    return "egl" if ctypes.util.find_library("EGL") else None
+
+
 @cache
 def _import_suite():
-    # Off-screen rendering without a display: EGL, unless the user chose another MuJoCo GL backend.
-    os.environ.setdefault("MUJOCO_GL", "egl")
+    # Off-screen rendering without a display, unless the user chose another MuJoCo GL backend.
+    platform = default_gl_platform()
+    if platform is not None:
+        os.environ.setdefault("MUJOCO_GL", platform)
     try:
         import mujoco
         from dm_control import suite

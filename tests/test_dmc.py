@@ -158,3 +158,14 @@ def test_sac_simba_runs_on_a_dmc_task_with_action_repeat_2(tmp_path):
     assert "gamma 0.99, one critic" in proc.stdout and checkpoint["args"]["gamma"] == 0.99
     returns = evaluate_run(str(run_dir), episodes=2)
     assert returns.shape == (2,) and np.all((returns >= 0) & (returns <= 1000))
+
+
+def test_egl_is_chosen_only_where_libegl_is_installed(monkeypatch):
+    import ctypes.util
+
+    from envs.dmc import default_gl_platform
+
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: "libEGL.so.1" if name == "EGL" else None)
+    assert default_gl_platform() == "egl"
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    assert default_gl_platform() is None  # MUJOCO_GL=egl without libEGL breaks `import mujoco` itself
