@@ -1,10 +1,20 @@
+import atexit
 import functools
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# torch.compile's kernels go to a cache of this session (the agents' subprocesses inherit it), not to
+# the machine's /tmp/torchinductor_<user>: a kernel left broken there by a killed compile made
+# tests/test_sorting.py abort the whole run (SIGABRT) on a machine where it had been written.
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="cleanrl_style_inductor_")
+    atexit.register(shutil.rmtree, os.environ["TORCHINDUCTOR_CACHE_DIR"], ignore_errors=True)
 # Agents are scripts, not a package: make `import ppo_nap` work in tests.
 sys.path.insert(0, str(REPO_ROOT / "agents"))
 
