@@ -115,3 +115,18 @@ def run_seeds(agent: str, seeds: tuple[int, ...], root: Path, *flags: str, worke
             proc.kill()
             proc.wait()
     return [root / f"s{seed}" for seed in seeds]
+
+
+def load_agent(name: str):
+    """``agents/<name>.py`` as the module ``agents.<name>``, the name mutmut gives its mutants (under
+    ``mutmut run``, the mutated copy is what loads); loaded once per process."""
+    import importlib.util
+
+    module_name = f"agents.{name}"
+    if module_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(module_name, REPO / "agents" / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module  # dataclasses look their module up in sys.modules
+        spec.loader.exec_module(module)
+    return sys.modules[module_name]

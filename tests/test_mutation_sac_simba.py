@@ -5,23 +5,8 @@ The agent is loaded as the module ``agents.sac_simba``, the name mutmut gives th
 agent's own tests.
 """
 
-import importlib.util
-import sys
-
 import pytest
-from conftest import REPO_ROOT
-
-
-def load_agent(name):
-    """``agents/<name>.py`` as the module ``agents.<name>`` (under ``mutmut run``, the mutated copy)."""
-    module_name = f"agents.{name}"
-    if module_name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(module_name, REPO_ROOT / "agents" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module  # dataclasses look their module up in sys.modules
-        spec.loader.exec_module(module)
-    return sys.modules[module_name]
-
+from agent_runs import load_agent
 
 simba = load_agent("sac_simba")
 
