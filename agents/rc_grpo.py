@@ -61,6 +61,7 @@ import torch
 import tyro
 
 from cleanrl_style import Run
+from cleanrl_style.cli import check_range
 from cleanrl_style.llm.args import LLMRunArgs
 from cleanrl_style.llm.progress import WorkProgress
 from cleanrl_style.llm.rollout import collect_groups, evaluate_held_out, tokenize_conversation, with_first_user_suffix
@@ -117,6 +118,10 @@ class Args(LLMRunArgs):
     """sequence or token averaging of the loss"""
     save_model: bool = True
     """write runs/<run>/model at the end"""
+
+    def validate(self) -> None:
+        check_range("p_high", self.p_high, 0, 1)  # a share of each group
+        super().validate()
 
 
 # ---- the algorithm: reward tokens, RCTP data and loss, group advantages, clipped loss ---------------
@@ -409,8 +414,6 @@ if __name__ == "__main__":
     args = tyro.cli(Args)
     if not args.require_gold_calls:
         raise SystemExit("RC-GRPO's success requires the gold calls; --no-require-gold-calls is for grpo.py and turnsight.py")
-    if not 0 <= args.p_high <= 1:
-        raise SystemExit(f"error: --p-high {args.p_high} is a share of each group; use a value in [0, 1]")
     args.validate()
     if not args.exp_name:
         args.exp_name = f"rc_grpo_{args.stage}"
