@@ -160,20 +160,6 @@ def load_causal_lm(model: str | None = None, device: str = "cpu", dtype: Any = N
 PRECISIONS = ("fp32", "bf16")
 
 
-def bf16_is_native(device: str | Any) -> bool:
-    """Whether ``device`` multiplies bfloat16 in hardware: a CUDA GPU with bf16 support, or a CPU
-    with AVX-512 BF16 or AMX. Elsewhere bf16 matmuls are emulated and far slower than float32."""
-    import torch
-
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    if device.type == "cpu":
-        checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-        return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
-    return False
-
-
 def autocast(precision: str, device: str | Any) -> Any:
     """The context a forward pass runs in: bf16 autocast (weights and optimizer state stay float32,
     matmuls run in bf16), or nothing for fp32."""
