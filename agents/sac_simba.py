@@ -133,10 +133,13 @@ class Args(RunArgs):
     """log losses every this many simulator steps"""
 
     def validate(self) -> None:
-        """Refuse an action repeat that cannot work (called by Run, after --resume)."""
-        if self.action_repeat == "auto":  # saved by a version without --action-repeat: it acted on every step
+        """Resolve the action repeat and the discount, recorded in the run's args, and refuse values that
+        cannot work (called by Run, after --resume merged the saved arguments)."""
+        if self.action_repeat == "auto" and self.resume:  # saved before --action-repeat: it acted on every step
             self.action_repeat = 1
         self.action_repeat = resolve_action_repeat(self.action_repeat, self.env)  # refuses one below 1
+        if self.gamma is None:  # a resumed run has its own recorded
+            self.gamma = horizon_discount(envs.time_limit(self.env), self.action_repeat)
         random_steps = self.learning_starts * self.action_repeat
         require(
             random_steps < self.total_timesteps,
@@ -345,10 +348,6 @@ def make_agent(args: Args, vec_env: envs.TorchVectorEnv) -> SimbaSAC:
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
-    if not args.resume:  # both recorded in the run's args
-        args.action_repeat = resolve_action_repeat(args.action_repeat, args.env)
-        if args.gamma is None:
-            args.gamma = horizon_discount(envs.time_limit(args.env), args.action_repeat)
     run = Run(args, agent_file=__file__)
     args, device = run.args, run.device
     action_repeat = int(args.action_repeat)

@@ -125,9 +125,13 @@ def test_learning_starts_counts_transitions_and_must_leave_room_for_updates():
     args = simba.Args(env="dmc:cheetah-run", action_repeat=2, learning_starts=5_000, total_timesteps=10_001)
     args.validate()
     assert args.action_repeat == 2
-    resumed_from_before_the_flag = simba.Args(env="dmc:cheetah-run")  # its saved args had no action_repeat
+    # --resume of a run whose saved args had no action_repeat (Run merges them over the defaults)
+    resumed_from_before_the_flag = simba.Args(env="dmc:cheetah-run", resume="runs/old", total_timesteps=20_000)
     resumed_from_before_the_flag.validate()
     assert resumed_from_before_the_flag.action_repeat == 1  # it acted on every step; it goes on doing so
+    fresh = simba.Args(env="dmc:cheetah-run", total_timesteps=20_000)
+    fresh.validate()  # a new run resolves auto and derives its discount here, for its args.json
+    assert (fresh.action_repeat, fresh.gamma) == (2, pytest.approx(0.99))
 
 
 def test_log_prob_is_that_of_the_squashed_action_in_unit_bounds():
