@@ -193,3 +193,10 @@ def install_error_handler() -> None:
 def args_from_dict(args_class: type, saved: dict[str, Any]) -> Any:
     """Rebuild an agent's ``Args`` from its JSON/checkpoint form (JSON turns tuples into lists)."""
     return args_class(**{k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()})
+
+
+def action_repeat_of(args: Any) -> int:
+    """The simulator steps a run applied each action for: its saved args (a dict) or its ``Args``;
+    saved resolved (``--action-repeat``), 1 for agents and runs without the flag."""
+    value = args.get("action_repeat", 1) if isinstance(args, dict) else getattr(args, "action_repeat", 1)
+    return int(value)

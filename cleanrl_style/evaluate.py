@@ -27,7 +27,7 @@ import tyro
 
 import envs
 from cleanrl_style.checkpoint import load_checkpoint
-from cleanrl_style.cli import UsageError, args_from_dict, require
+from cleanrl_style.cli import UsageError, action_repeat_of, args_from_dict, require
 
 if TYPE_CHECKING:
     from cleanrl_style.video import Episode
@@ -107,7 +107,7 @@ def load_run_policy(run_dir: str, device: str = "cpu", trust: bool = False):
 
 def evaluate_run(run_dir: str, episodes: int = 10, seed: int = 12345, device: str = "cpu", trust: bool = False) -> np.ndarray:
     policy, checkpoint, env_id = load_run_policy(run_dir, device, trust)
-    repeat = int(checkpoint["args"].get("action_repeat", 1))  # saved resolved; runs from before the flag: 1
+    repeat = action_repeat_of(checkpoint["args"])
     return evaluate_policy(policy.act, env_id, episodes=episodes, seed=seed, device=device, action_repeat=repeat)
 
 
@@ -136,8 +136,9 @@ def film_run(
     try:
         for i in range(episodes):
             path = Path(run_dir) / "videos" / f"eval_step_{step:09d}_seed_{seed + i}.mp4"
-            repeat = int(checkpoint["args"].get("action_repeat", 1))
-            episode = recorder.record(policy.act, path, seed=seed + i, device=device, action_repeat=repeat)
+            episode = recorder.record(
+                policy.act, path, seed=seed + i, device=device, action_repeat=action_repeat_of(checkpoint["args"])
+            )
             add_to_tensorboard(writer, f"videos/evaluation_seed_{seed + i}", episode.frames, episode.fps, step)
             filmed.append(episode)
     finally:

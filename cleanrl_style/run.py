@@ -42,7 +42,14 @@ from cleanrl_style.checkpoint import (
     seed_everything,
     set_rng_states,
 )
-from cleanrl_style.cli import UsageError, check_args, flag, forget_on_user_error, install_error_handler
+from cleanrl_style.cli import (
+    UsageError,
+    action_repeat_of,
+    check_args,
+    flag,
+    forget_on_user_error,
+    install_error_handler,
+)
 from cleanrl_style.logger import CSV_NAME, RunLogger, read_progress
 from cleanrl_style.progress import Progress
 from cleanrl_style.video import VideoRecorder
@@ -385,8 +392,9 @@ class Run:
         if path.exists():  # filmed at this step already (the last periodic video, or before a resume)
             return
         started = time.time()
-        repeat = int(getattr(self.args, "action_repeat", 1))
-        episode = self.video.record(_act(policy), path, seed=self.args.seed + 20_000, device=self.device, action_repeat=repeat)
+        episode = self.video.record(
+            _act(policy), path, seed=self.args.seed + 20_000, device=self.device, action_repeat=action_repeat_of(self.args)
+        )
         self.logger.log_video("videos/policy", episode.frames, episode.fps, step, path)
         self._progress.write(f"video: {path} ({episode.length} steps, return {episode.episode_return:.1f})")
         mark_time, mark_step = self._sps_mark  # charts/SPS measures training: the filming time is left out
@@ -438,7 +446,7 @@ class Run:
         episodes = self.args.eval_episodes
         if episodes <= 0:
             return
-        from cleanrl_style.evaluate import evaluate_policy
+        from cleanrl_style.evaluate import evaluate_policy  # here: `python -m cleanrl_style.evaluate` imports run
 
         started, training = time.time(), policy.training
         policy.eval()  # frozen normalizer statistics; training resumes in the mode it was in
@@ -449,7 +457,7 @@ class Run:
                 episodes,
                 seed=self.args.seed + 10_000,
                 device=self.device,
-                action_repeat=int(getattr(self.args, "action_repeat", 1)),
+                action_repeat=action_repeat_of(self.args),
             )
         finally:
             policy.train(training)
