@@ -19,7 +19,14 @@ pytest.importorskip("transformers")
 
 from llm_tiny_model import build_tiny_model, build_tokenizer  # noqa: E402
 
-from cleanrl_style.llm.generation import Sampling, TurnGenerator, sample_next, shared_prefix_length  # noqa: E402
+from cleanrl_style.llm.decoder import PackedLinear, packed_llama_for  # noqa: E402
+from cleanrl_style.llm.generation import (  # noqa: E402
+    MIN_SHARED_PREFIX,
+    Sampling,
+    TurnGenerator,
+    sample_next,
+    shared_prefix_length,
+)
 from cleanrl_style.llm.model import autocast, generation_precision  # noqa: E402
 from cleanrl_style.llm.progress import WorkProgress  # noqa: E402
 from cleanrl_style.llm.rollout import (  # noqa: E402
@@ -134,28 +141,39 @@ def test_cached_multi_turn_generation_equals_uncached_token_for_token(tokenizer,
     assert cached_timing["prefilled_tokens"] < uncached_timing["prefilled_tokens"]
 
 
-def test_each_sampled_tokens_logprob_equals_a_full_pass_over_its_row(tokenizer, tiny):
+@pytest.mark.parametrize("engine", ["auto", "transformers"])
+@pytest.mark.parametrize("shared_start", [True, False], ids=["shared-prefix", "no-shared-prefix"])
+def test_each_sampled_tokens_logprob_equals_a_full_pass_over_its_row(tokenizer, tiny, engine, shared_start):
     """The cache's bookkeeping, checked where it matters: rows of unequal length, rows that stop while
-    others still decode (holes), a shared first chunk, new turns of unequal length, a dropped row and
-    a temperature; every sampled token's log-probability when it was drawn equals the one the loss
-    computes from its whole row in one pass. A misplaced position, an unmasked hole or logits of
-    another row move it by far more than the 1e-4 of float32 rounding (the model's logits depend on
-    position and content)."""
+    others still decode (holes), a shared first chunk (or none), new turns of unequal length, a dropped
+    row and a temperature; every sampled token's log-probability when it was drawn equals the one the
+    loss computes from its whole row in one pass of the transformers model. A misplaced position, an
+    unmasked hole or logits of another row move it by far more than the 1e-4 of float32 rounding (the
+    model's logits depend on position and content). Both engines: ``auto`` runs the packed Llama
+    decoder (its own attention, the shared prefix read once for all rows, weights packed for the
+    batch and fewer rows padded up to it), ``transformers`` the model's own forward."""
     stops = list(range(3, len(tokenizer), 5))  # a fifth of the vocabulary ends a message: rows stop at different steps
     temperature = 0.8
     generator = TurnGenerator(
-        tiny, stops, tokenizer.pad_token_id, Sampling(max_new_tokens=10, temperature=temperature), seed=1
+        tiny, stops, tokenizer.pad_token_id, Sampling(max_new_tokens=10, temperature=temperature), seed=1, engine=engine
     )
     system = "<|im_start|>system\nYou are a banker.<|im_end|>\n" * 3
     questions = ["hi", "what is my balance today?", "send 5 to Bob", "close the savings account and tell me why it fails"]
     rows = {
-        e: encode(tokenizer, f"{system}<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n")
+        e: encode(
+            tokenizer,
+            f"{system}<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n"
+            if shared_start
+            else f"<|im_start|>user\n{q}<|im_end|>\n{system}<|im_start|>assistant\n",
+        )
         for e, q in enumerate(questions)
     }
+    assert (shared_prefix_length(list(rows.values())) >= MIN_SHARED_PREFIX) == shared_start
     sampled: dict[int, dict[int, float]] = {e: {} for e in rows}  # position -> log-prob when drawn
     lengths = []
     for turn, episodes in enumerate([[0, 1, 2, 3], [0, 1, 2, 3], [0, 2, 3], [2, 3]]):
         new = generator.generate(episodes, [rows[e] for e in episodes])
+        assert (generator.packed is not None) == (engine == "auto")
         lengths.append([len(n) for n in new])
         for e, tokens, logps in zip(episodes, new, generator.sampled_logprobs):
             assert len(logps) == len(tokens)
@@ -448,7 +466,7 @@ def test_the_cache_appends_in_place_instead_of_copying_every_step(tokenizer, tin
     if _growing_layer_class() is None:
         pytest.skip("transformers 4.x: the plain DynamicCache is used")
     rows = [encode(tokenizer, "<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n")] * 3
-    generator = TurnGenerator(tiny, [], tokenizer.pad_token_id, Sampling(max_new_tokens=2, greedy=True))
+    generator = TurnGenerator(tiny, [], tokenizer.pad_token_id, Sampling(max_new_tokens=2, greedy=True), engine="transformers")
     generator.generate([0, 1, 2], rows)
     layer = generator.cache.layers[0]
     assert isinstance(layer, _growing_layer_class())
@@ -477,3 +495,34 @@ def test_loading_and_saving_a_model_draw_no_progress_bars_into_a_log(tmp_path, t
     assert proc.returncode == 0, text
     assert "loading the model" in text  # a run says what it is doing before the model arrives
     assert "Loading weights" not in text and "Writing model shards" not in text and "\r" not in text, text
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8, 11])
+def test_a_packed_linear_gives_the_plain_product_for_any_row_count(rows):
+    """Weights packed for 8 rows: fewer rows are padded up to them, more (or a 3-D input) take the plain product."""
+    weight = torch.randn(48, 40, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(rows, 40, generator=torch.Generator().manual_seed(rows))
+    torch.testing.assert_close(PackedLinear(weight, 8)(x), x @ weight.T, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(PackedLinear(weight, 8)(x.view(1, rows, 40)), (x @ weight.T).view(1, rows, 48))
+
+
+def test_the_packed_decoder_covers_only_the_models_it_reproduces(tokenizer, tiny):
+    """A float32 Llama on the CPU is packed; a bf16 copy, attention biases, scaled rotary positions
+    or a LoRA wrapper fall back to the transformers forward (None)."""
+    import copy
+
+    from cleanrl_style.llm.model import add_lora
+
+    assert packed_llama_for(tiny, 4) is not None
+    assert packed_llama_for(copy.deepcopy(tiny).to(torch.bfloat16), 4) is None
+    assert packed_llama_for(add_lora(copy.deepcopy(tiny), rank=2, alpha=4.0), 4) is None
+    for change in ({"attention_bias": True}, {"mlp_bias": True}):
+        other = copy.deepcopy(tiny)
+        for key, value in change.items():
+            setattr(other.config, key, value)
+        assert packed_llama_for(other, 4) is None, change
+    scaled = copy.deepcopy(tiny)
+    scaled.config.rope_parameters = {**scaled.config.rope_parameters, "rope_type": "linear", "factor": 2.0}
+    assert packed_llama_for(scaled, 4) is None
+    with pytest.raises(ValueError, match="engine must be one of"):
+        TurnGenerator(tiny, [], tokenizer.pad_token_id, Sampling(), engine="vllm")

@@ -56,17 +56,20 @@ class RolloutSettings:
         keep_cache: Keep each episode's key/value cache across turns (False: re-read each
             conversation every turn, the baseline of ``benchmarks/llm_rollout_throughput.py``).
         precision: ``fp32`` or ``bf16`` forward passes.
+        engine: ``auto`` (the packed Llama decoder where it applies) or ``transformers``
+            (``TurnGenerator``'s ``engine``).
     """
 
     sampling: Sampling
     limits: EpisodeLimits = EpisodeLimits()
     keep_cache: bool = True
     precision: str = "fp32"
+    engine: str = "auto"
 
     def greedy(self, max_new_tokens: int | None = None) -> RolloutSettings:
         """The same settings with greedy decoding (evaluation), optionally another message length."""
         sampling = Sampling(max_new_tokens=max_new_tokens or self.sampling.max_new_tokens, greedy=True)
-        return RolloutSettings(sampling, self.limits, self.keep_cache, self.precision)
+        return RolloutSettings(sampling, self.limits, self.keep_cache, self.precision, self.engine)
 
 
 def chat_template_text(tokenizer: Any, messages: Sequence[Message], generation_prompt: bool) -> str:
@@ -223,7 +226,14 @@ def collect_rollouts(
     if generator is None:
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
         generator = TurnGenerator(
-            model, stops, pad_id, settings.sampling, keep_cache=settings.keep_cache, precision=settings.precision, seed=seed
+            model,
+            stops,
+            pad_id,
+            settings.sampling,
+            keep_cache=settings.keep_cache,
+            precision=settings.precision,
+            seed=seed,
+            engine=settings.engine,
         )
     limits = settings.limits
     vec = family.vector_env(n)
