@@ -133,6 +133,7 @@ if __name__ == "__main__":
         weight_decay=args.weight_decay,
         lora_rank=args.lora_rank,
         lora_alpha=args.lora_alpha,
+        gradient_checkpointing=args.gradient_checkpointing,
         checkpoint=run.checkpoint,
     )
     policy, tokenizer = setup.policy, setup.tokenizer

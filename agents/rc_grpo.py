@@ -241,6 +241,7 @@ def run_rctp(args: Args, run: Run) -> None:
         weight_decay=args.weight_decay,
         lora_rank=args.lora_rank,
         lora_alpha=args.lora_alpha,
+        gradient_checkpointing=args.gradient_checkpointing,
         special_tokens=(HIGH_REWARD, LOW_REWARD),
         checkpoint=run.checkpoint,
     )
@@ -322,6 +323,7 @@ def run_rc_grpo(args: Args, run: Run) -> None:
         weight_decay=args.weight_decay,
         lora_rank=args.lora_rank,
         lora_alpha=args.lora_alpha,
+        gradient_checkpointing=args.gradient_checkpointing,
         special_tokens=(HIGH_REWARD, LOW_REWARD),
         checkpoint=run.checkpoint,
     )

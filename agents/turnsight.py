@@ -328,6 +328,7 @@ if __name__ == "__main__":
         weight_decay=args.weight_decay,
         lora_rank=args.lora_rank,
         lora_alpha=args.lora_alpha,
+        gradient_checkpointing=args.gradient_checkpointing,
         checkpoint=run.checkpoint,
         with_reference=args.kl_coef > 0 or args.teacher == "initial",
     )

@@ -526,3 +526,34 @@ def test_the_packed_decoder_covers_only_the_models_it_reproduces(tokenizer, tiny
     assert packed_llama_for(scaled, 4) is None
     with pytest.raises(ValueError, match="engine must be one of"):
         TurnGenerator(tiny, [], tokenizer.pad_token_id, Sampling(), engine="vllm")
+
+
+def test_gradient_checkpointing_gives_the_same_update(tmp_path, tokenizer):
+    """build_policy's gradient checkpointing recomputes activations in the backward pass: the
+    gradient step moves every weight as it does without it."""
+    from llm_tiny_model import save_tiny_model
+
+    from cleanrl_style.llm.train import build_policy, is_activation_checkpointing
+
+    folder = save_tiny_model(tmp_path / "tiny")
+    rows = [encode(tokenizer, f"<|im_start|>user\nsend {k} to Bob<|im_end|>\n<|im_start|>assistant\nok {k}") for k in (5, 70)]
+    masks = [[j >= len(r) - 3 for j in range(len(r))] for r in rows]
+    advantages = [torch.full((len(r),), a) for r, a in zip(rows, (1.0, -0.5))]
+    weights = {}
+    for checkpointing in (False, True):
+        setup = build_policy(str(folder), "cpu", 1e-2, with_reference=False, gradient_checkpointing=checkpointing)
+        assert is_activation_checkpointing(setup.policy) == checkpointing
+        gradient_step(
+            setup.policy,
+            setup.optimizer,
+            rows,
+            masks,
+            tokenizer.pad_token_id,
+            lambda logp, extras: (-logp * extras["advantages"], {}),
+            per_token={"advantages": advantages},
+        )
+        weights[checkpointing] = {k: v.clone() for k, v in setup.policy.state_dict().items()}
+    initial = build_policy(str(folder), "cpu", 1e-2, with_reference=False).policy.state_dict()
+    assert sum(not torch.equal(initial[name], value) for name, value in weights[False].items()) > 10  # the step moved them
+    for name, value in weights[False].items():
+        torch.testing.assert_close(weights[True][name], value, atol=1e-6, rtol=1e-5)

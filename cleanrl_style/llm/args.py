@@ -58,6 +58,9 @@ class LLMRunArgs(BaseRunArgs):
     """global gradient-norm clipping"""
     micro_batch_size: int = 4
     """sequences per forward/backward pass (gradients accumulate over a batch)"""
+    gradient_checkpointing: bool = True
+    """keep only each decoder layer's input in the forward pass and recompute the rest in the
+    backward pass: SmolLM2's activations take about 1 MB per token without it (--no-gradient-checkpointing)"""
     max_new_tokens: int = 128
     """tokens generated per assistant message"""
     temperature: float = 1.0

@@ -63,7 +63,7 @@ def token_logprobs(
     tensor would dominate memory for long tool-use conversations.
     """
     base = unwrap(model)
-    hidden = base.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    hidden = base.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
     predicts = mask[:, 1:]  # hidden state at t-1 predicts token t
     logits = base.get_output_embeddings()(hidden[:, :-1][predicts]).float() / temperature
     chosen = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, 1:][predicts].unsqueeze(-1)).squeeze(-1)

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from cleanrl_style.llm.model import add_lora, add_special_tokens, load_causal_lm, save_model_folder
+from cleanrl_style.llm.model import add_lora, add_special_tokens, load_causal_lm, save_model_folder, unwrap
 from cleanrl_style.llm.progress import WorkProgress
 from cleanrl_style.llm.rollout import RolloutSettings, evaluate_held_out, rollout_stats
 from cleanrl_style.llm.tokens import TokenLoss, batched_logprobs, gradient_step
@@ -51,6 +51,21 @@ def trainable_state(model: Any) -> dict[str, torch.Tensor]:
     return model.state_dict()
 
 
+def enable_activation_checkpointing(model: Any) -> None:
+    """Recompute each decoder layer in the backward pass (non-reentrant), under the name the installed
+    transformers gives it (``activation_checkpointing_enable`` from 5.x, ``gradient_checkpointing_enable`` before)."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def is_activation_checkpointing(model: Any) -> bool:
+    base = unwrap(model)
+    name = "is_activation_checkpointing" if hasattr(base, "is_activation_checkpointing") else "is_gradient_checkpointing"
+    return bool(getattr(base, name))
+
+
 def build_policy(
     model: str,
     device: str,
@@ -62,9 +77,13 @@ def build_policy(
     special_tokens: Sequence[str] = (),
     checkpoint: dict[str, Any] | None = None,
     with_reference: bool = True,
+    gradient_checkpointing: bool = False,
 ) -> PolicySetup:
     """Load ``model`` (empty: the offline SmolLM2), add ``special_tokens``, wrap with LoRA if
     ``lora_rank`` > 0, make the reference and an AdamW optimizer, restore ``checkpoint`` if given.
+
+    ``gradient_checkpointing`` recomputes each decoder layer's activations in the backward pass
+    instead of keeping them (transformers' ``gradient_checkpointing_enable``, non-reentrant).
 
     ``with_reference=False`` skips the frozen copy of a fully trained model (a second model's
     memory) for a run that never reads the reference (no KL term); with LoRA the reference is the
@@ -80,6 +99,8 @@ def build_policy(
         policy = add_lora(policy, lora_rank, lora_alpha, trainable_token_ids=token_ids or None)
     elif with_reference:
         reference = copy.deepcopy(policy).eval().requires_grad_(False)
+    if gradient_checkpointing:
+        enable_activation_checkpointing(unwrap(policy))
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=weight_decay)
     start_iteration = 1
