@@ -4,6 +4,7 @@ memory-bandwidth bound and llama.cpp as the anchor; or the per-episode cache aga
     python benchmarks/llm_rollout_throughput.py                       # the report: SmolLM2-135M-Instruct, 1 thread
     python benchmarks/llm_rollout_throughput.py --rounds 1 --max-new-tokens 8 --turns 2   # a quick look
     python benchmarks/llm_rollout_throughput.py --mode cache --threads 2                  # cached against re-read
+    python benchmarks/llm_rollout_throughput.py --mode engines --threads 1 --rounds 4     # packed decoder against transformers
     python benchmarks/llm_rollout_throughput.py --device cuda --groups 8 --group-size 8 --max-new-tokens 128
 
 The tasks are ``tools:bank`` tasks with at least ``--turns`` user turns, and episodes are cut after
@@ -32,13 +33,22 @@ then, after the last round,
 The model is set up as the agents set it up (``build_policy``: the policy, a frozen reference
 copy, AdamW), and the process's peak resident memory (``getrusage``'s ``ru_maxrss``) and current
 RSS are printed after the setup, the generation and the update (llama.cpp runs in a
-process of its own, so a crash there does not end the report). Last, the memory-bandwidth bound:
+process of its own, so a crash there does not end the report). Generation runs with ``--engine``
+(``auto``: the packed Llama decoder) and the update with activation checkpointing unless
+``--no-gradient-checkpointing``, as the agents run them. Last, the memory-bandwidth bound:
 the best of 5 copies of a 256 MB tensor on one thread gives a bandwidth (bytes read plus written
 per second); the fp32 weights' bytes over it is the least time of one decoding step that reads
 every weight once, so its inverse bounds decoding steps/s of one sequence, and times the batch
 bounds tokens/s while decoding is bandwidth-bound (prefill, the cache's reads and rows that stop
-early are left out). The medians over rounds are printed against the issue's goals (200 tokens/s
+early are left out); and the same from a read-only bandwidth (the best of 5 sums over a 256 MB
+tensor), since a decoding step reads the weights and writes little. The medians over rounds are printed against the issue's goals (200 tokens/s
 for 8 episodes on one core, within 2x of llama.cpp, peak RSS 3 GB).
+
+``--mode engines``: the packed Llama decoder that generation uses for a float32 Llama on the CPU
+(``--engine auto``; ``cleanrl_style/llm/decoder.py``) against the model's transformers forward
+(``--engine transformers``), same tasks, seed and sampling, alternating rounds; the medians, their
+ratio and each round's ratio. The two sample the same distribution up to float32 rounding, so
+their episodes can part after a near-tie and their token counts differ a little.
 
 ``--mode cache``: the per-episode cache (each turn prefills only the tokens that are new since
 the last one) against re-reading every conversation at each turn (``RolloutSettings.keep_cache``
@@ -143,6 +153,18 @@ def copy_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
     return 2 * n * 4 / best
 
 
+def read_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
+    """Bytes read per second by the best of ``repeats`` sums over a ``megabytes`` float32 tensor (one thread)."""
+    n = megabytes * 2**20 // 4
+    data = torch.ones(n)
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        data.sum()
+        best = min(best, time.perf_counter() - started)
+    return n * 4 / best
+
+
 def bank_tasks(args: argparse.Namespace) -> tuple[Any, list[int]]:
     family = make_task_family("tools:bank", num_tasks=400, variants=("base",))
     env = family.make_env()
@@ -150,10 +172,10 @@ def bank_tasks(args: argparse.Namespace) -> tuple[Any, list[int]]:
     return family, [t for t in long_enough[: args.groups] for _ in range(args.group_size)]
 
 
-def settings_of(args: argparse.Namespace, keep_cache: bool = True) -> RolloutSettings:
+def settings_of(args: argparse.Namespace, keep_cache: bool = True, engine: str | None = None) -> RolloutSettings:
     sampling = Sampling(max_new_tokens=args.max_new_tokens, temperature=1.0)
     limits = EpisodeLimits(max_assistant_messages=args.turns, max_context_tokens=100_000)
-    return RolloutSettings(sampling, limits, keep_cache=keep_cache, precision=args.precision)
+    return RolloutSettings(sampling, limits, keep_cache=keep_cache, precision=args.precision, engine=engine or args.engine)
 
 
 def load_agent(name: str) -> Any:
@@ -261,7 +283,8 @@ def report(args: argparse.Namespace) -> None:
 
     load_before = load_average()
     grpo = load_agent("grpo")
-    setup = build_policy(args.model, args.device, learning_rate=1e-5)  # the recipes' learning rate
+    # The recipes' learning rate, and the agents' default activation checkpointing.
+    setup = build_policy(args.model, args.device, learning_rate=1e-5, gradient_checkpointing=args.gradient_checkpointing)
     policy, tokenizer = setup.policy, setup.tokenizer
     peaks = {"setup": memory("setup (policy, frozen reference, AdamW)")}
     family, ids = bank_tasks(args)
@@ -332,9 +355,9 @@ def report(args: argparse.Namespace) -> None:
             )
         anchored = bool(anchors)
 
-    bandwidth = copy_bandwidth()
+    bandwidth, reading = copy_bandwidth(), read_bandwidth()
     weight_bytes = sum(p.numel() * p.element_size() for p in policy.parameters())
-    steps_bound = bandwidth / weight_bytes
+    steps_bound, read_bound = bandwidth / weight_bytes, reading / weight_bytes
     load_after = load_average()
     batch = len(ids)
     generation = statistics.median(rates["generation"])
@@ -342,7 +365,8 @@ def report(args: argparse.Namespace) -> None:
     print(
         f"\n{batch} episodes ({args.groups} groups x {args.group_size}), {args.turns} assistant messages of <= "
         f"{args.max_new_tokens} tokens each, sampling at temperature 1, {args.precision}, device {args.device}, "
-        f"{args.rounds} round(s)"
+        f"{args.rounds} round(s); generation engine {args.engine}, activation checkpointing "
+        f"{'on' if args.gradient_checkpointing else 'off'}"
     )
     llama_version = llama_note if anchored else "llama.cpp not run"
     print(
@@ -363,6 +387,10 @@ def report(args: argparse.Namespace) -> None:
         f"bandwidth:   copy {bandwidth / 1e9:.1f} GB/s (256 MB, best of 5, read + written); fp32 weights "
         f"{weight_bytes / 1e6:.0f} MB -> at most {steps_bound:.1f} decoding steps/s for one sequence, "
         f"{steps_bound * batch:.0f} tokens/s for {batch} while bandwidth-bound"
+    )
+    print(
+        f"             read {reading / 1e9:.1f} GB/s (sum over 256 MB, best of 5) -> at most {read_bound:.1f} steps/s, "
+        f"{read_bound * batch:.0f} tokens/s for {batch} (a decoding step only reads the weights)"
     )
     if gguf is not None:
         print(
@@ -433,9 +461,50 @@ def compare_cache(args: argparse.Namespace) -> None:
     )
 
 
+def compare_engines(args: argparse.Namespace) -> None:
+    """The packed Llama decoder (engine auto) against the transformers forward, alternating rounds."""
+    model, tokenizer = load_causal_lm(args.model or None, device=args.device)
+    family, ids = bank_tasks(args)
+    contenders = ("auto", "transformers")
+    rates: dict[str, list[float]] = {name: [] for name in contenders}
+    load_before = load_average()
+    for r in range(args.rounds):
+        for name in contenders if r % 2 == 0 else contenders[::-1]:
+            rollouts, timing = collect_rollouts(model, tokenizer, family, ids, settings_of(args, engine=name), seed=r)
+            rates[name].append(timing["tokens_per_second"])
+            print(
+                f"round {r}: {name:>12}: {timing['generated_tokens']:.0f} tokens in {timing['generation_seconds']:.1f} s "
+                f"= {timing['tokens_per_second']:.1f} tokens/s; prefilled {timing['prefilled_tokens']:.0f} tokens",
+                flush=True,
+            )
+    import transformers
+
+    packed, plain = statistics.median(rates["auto"]), statistics.median(rates["transformers"])
+    ratios = sorted(a / b for a, b in zip(rates["auto"], rates["transformers"]))
+    print(
+        f"\n{len(ids)} episodes ({args.groups} groups x {args.group_size}), {args.turns} assistant messages of <= "
+        f"{args.max_new_tokens} tokens each, sampling at temperature 1, {args.precision}, device {args.device}"
+    )
+    print(
+        f"conditions: {time.strftime('%Y-%m-%d')}, {cpu_model()}, {os.cpu_count()} cores, {args.threads} torch threads, "
+        f"1-minute load average {load_before:.1f} before and {load_average():.1f} after; torch {torch.__version__}, "
+        f"transformers {transformers.__version__}; commit {git_commit()}"
+    )
+    print(
+        f"median over {args.rounds} rounds: packed decoder {packed:.1f} tokens/s, transformers {plain:.1f} tokens/s, "
+        f"ratio {packed / plain:.2f}x (per round: {', '.join(f'{x:.2f}' for x in ratios)})"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mode", default="report", choices=["report", "cache"], help="see the module docstring")
+    parser.add_argument("--mode", default="report", choices=["report", "cache", "engines"], help="see the module docstring")
+    parser.add_argument(
+        "--engine", default="auto", choices=["auto", "transformers"], help="generation engine (TurnGenerator's engine)"
+    )
+    parser.add_argument(
+        "--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True, help="report: as the agents' flag"
+    )
     parser.add_argument("--model", default="", help="model folder (default: offline SmolLM2-135M-Instruct)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
@@ -455,7 +524,7 @@ def main() -> None:
     if args.threads is None:
         args.threads = 1 if args.mode == "report" else 2
     torch.set_num_threads(args.threads)
-    report(args) if args.mode == "report" else compare_cache(args)
+    {"report": report, "cache": compare_cache, "engines": compare_engines}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -557,3 +557,20 @@ def test_gradient_checkpointing_gives_the_same_update(tmp_path, tokenizer):
     assert sum(not torch.equal(initial[name], value) for name, value in weights[False].items()) > 10  # the step moved them
     for name, value in weights[False].items():
         torch.testing.assert_close(weights[True][name], value, atol=1e-6, rtol=1e-5)
+
+
+def test_the_key_value_buffer_keeps_its_columns_when_it_grows_and_rows_are_selected():
+    from cleanrl_style.llm.decoder import MIN_GROWTH, KVBuffer
+
+    buffer = KVBuffer(layers=1)
+    chunks = [torch.randn(3, 2, width, 4) for width in (5, MIN_GROWTH, 1, MIN_GROWTH // 2)]
+    start = 0
+    for chunk in chunks:  # the second chunk overflows the first allocation, the fourth the second
+        keys, values = buffer.append(0, chunk, -chunk, start)
+        start += chunk.shape[2]
+    expected = torch.cat(chunks, dim=2)
+    assert buffer.columns == start and buffer.filled_rows() == 3
+    torch.testing.assert_close(keys, expected, rtol=0, atol=0)
+    torch.testing.assert_close(values, -expected, rtol=0, atol=0)
+    buffer.select(torch.tensor([2, 0, 0]))
+    torch.testing.assert_close(buffer.layer(0, start)[0], expected[[2, 0, 0]], rtol=0, atol=0)

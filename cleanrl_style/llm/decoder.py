@@ -83,7 +83,7 @@ class KVBuffer:
         """Write columns ``start:start+width`` of ``layer``; the filled keys and values up to them."""
         end = start + keys.shape[2]
         buffer_k, buffer_v = self.keys[layer], self.values[layer]
-        if buffer_k is None or buffer_v is None or buffer_k.shape[2] < end or buffer_k.shape[0] != keys.shape[0]:
+        if buffer_k is None or buffer_v is None or buffer_k.shape[2] < end:
             shape = (keys.shape[0], keys.shape[1], end + max(MIN_GROWTH, end // 2), keys.shape[3])
             new_k, new_v = keys.new_empty(shape), values.new_empty(shape)
             if buffer_k is not None and buffer_v is not None and start:
@@ -91,9 +91,9 @@ class KVBuffer:
                 new_v[:, :, :start] = buffer_v[:, :, :start]
             self.keys[layer], self.values[layer] = buffer_k, buffer_v = new_k, new_v
         buffer_k[:, :, start:end] = keys
-        buffer_v[:, :, start:end] = values  # type: ignore[index]  # set together with buffer_k
+        buffer_v[:, :, start:end] = values
         self.columns = end
-        return buffer_k[:, :, :end], buffer_v[:, :, :end]  # type: ignore[index]
+        return buffer_k[:, :, :end], buffer_v[:, :, :end]
 
     def select(self, index: torch.Tensor) -> None:
         """Keep (or repeat) the rows ``index`` of every layer."""
