@@ -162,7 +162,7 @@ class PackedLlama:
             self.head = PackedLinear(model.get_output_embeddings().weight, rows)
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+        return F.rms_norm(x, weight.shape, weight, self.eps)  # one fused op: x / sqrt(mean(x^2) + eps) * weight
 
     def share_prefix(self) -> None:
         """The one row fed so far becomes a prefix every row attends to, read once per step for all
@@ -195,11 +195,10 @@ class PackedLlama:
         for index, (norm_1, qkv, out, norm_2, gate_up, down) in enumerate(self.layers):
             h = self._norm(x, norm_1)
             projected = qkv(h.reshape(rows * width, -1)).view(rows, width, -1)
-            q, k, v = projected.split([q_size, kv_size, kv_size], dim=-1)
-            q = q.view(rows, width, self.heads, self.head_dim).transpose(1, 2)
-            k = k.view(rows, width, self.kv_heads, self.head_dim).transpose(1, 2)
-            v = v.view(rows, width, self.kv_heads, self.head_dim).transpose(1, 2)
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            # Queries and keys rotated together, then split: (rows, heads + kv heads, width, head dim).
+            qk = _rotate(projected[..., : q_size + kv_size].view(rows, width, -1, self.head_dim).transpose(1, 2), cos, sin)
+            q, k = qk[:, : self.heads], qk[:, self.heads :]
+            v = projected[..., q_size + kv_size :].view(rows, width, self.kv_heads, self.head_dim).transpose(1, 2)
             keys, values = self.cache.append(index, k, v, start)
             if width == 1:
                 attended = self._attend_one(
