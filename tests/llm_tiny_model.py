@@ -9,7 +9,8 @@ near-uniform logits and attention, and an untied head that echoes its input), so
 distribution depends on each token's position and on content far back: greedy decoding writes
 varied tokens, and a cache that misplaces, unmasks or swaps tokens changes the log-probabilities
 by far more than rounding does (the tests that check the cache rely on this). Grouped-query
-attention (4 query heads, 2 key/value heads) as in SmolLM2.
+attention (4 query heads, 2 key/value heads) as in SmolLM2; the RMSNorm weights are drawn around 1
+instead of all 1, so a norm that drops its weight changes the logits.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import torch
 
 INIT_STD = 0.3
+NORM_WEIGHT_STD = 0.3  # the RMSNorm weights are 1 + N(0, 0.3^2) instead of all 1
 
 CHATML = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
@@ -88,7 +90,12 @@ def build_tiny_model(tokenizer, seed: int = 0):
         bos_token_id=tokenizer.bos_token_id,
         tie_word_embeddings=False,
     )
-    return LlamaForCausalLM(config).eval()
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # transformers sets every RMSNorm weight to 1: vary them, so that a norm losing its weight shows
+        for name, parameter in model.named_parameters():
+            if name.endswith("norm.weight"):
+                parameter.add_(torch.randn_like(parameter) * NORM_WEIGHT_STD)
+    return model
 
 
 def save_tiny_model(folder: Path, seed: int = 0) -> Path:

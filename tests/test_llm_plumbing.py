@@ -574,3 +574,17 @@ def test_the_key_value_buffer_keeps_its_columns_when_it_grows_and_rows_are_selec
     torch.testing.assert_close(values, -expected, rtol=0, atol=0)
     buffer.select(torch.tensor([2, 0, 0]))
     torch.testing.assert_close(buffer.layer(0, start)[0], expected[[2, 0, 0]], rtol=0, atol=0)
+    empty = KVBuffer(layers=2)
+    empty.select(torch.tensor([0, 0]))  # nothing written yet: nothing to select
+    assert empty.filled_rows() == 0
+
+
+def test_only_a_one_row_cache_becomes_the_shared_prefix(tiny):
+    from cleanrl_style.llm.decoder import PackedLlama
+
+    decoder = PackedLlama(tiny, rows=2)
+    with pytest.raises(ValueError, match="exactly one row"):
+        decoder.share_prefix()  # empty
+    decoder.forward(torch.tensor([[5, 6], [7, 8]]), torch.tensor([[0, 1], [0, 1]]), torch.ones(2, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="exactly one row"):
+        decoder.share_prefix()  # two rows
