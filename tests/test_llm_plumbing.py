@@ -574,6 +574,16 @@ def test_the_key_value_buffer_keeps_its_columns_when_it_grows_and_rows_are_selec
     torch.testing.assert_close(values, -expected, rtol=0, atol=0)
     buffer.select(torch.tensor([2, 0, 0]))
     torch.testing.assert_close(buffer.layer(0, start)[0], expected[[2, 0, 0]], rtol=0, atol=0)
+    # Columns written within the room left are written in place: no new buffer, up to exactly full.
+    buffer = KVBuffer(layers=1)
+    buffer.append(0, torch.randn(2, 1, 5, 4), torch.randn(2, 1, 5, 4), 0)
+    first = buffer.keys[0]
+    assert first is not None and first.shape[2] == 5 + MIN_GROWTH
+    buffer.append(0, torch.randn(2, 1, 1, 4), torch.randn(2, 1, 1, 4), 5)
+    buffer.append(0, torch.randn(2, 1, MIN_GROWTH - 1, 4), torch.randn(2, 1, MIN_GROWTH - 1, 4), 6)
+    assert buffer.keys[0] is first and buffer.columns == first.shape[2]
+    buffer.append(0, torch.randn(2, 1, 1, 4), torch.randn(2, 1, 1, 4), buffer.columns)
+    assert buffer.keys[0] is not first  # full: a larger buffer
     empty = KVBuffer(layers=2)
     empty.select(torch.tensor([0, 0]))  # nothing written yet: nothing to select
     assert empty.filled_rows() == 0
