@@ -516,7 +516,13 @@ def test_the_packed_decoder_covers_only_the_models_it_reproduces(tokenizer, tiny
     assert packed_llama_for(tiny, 4) is not None
     assert packed_llama_for(copy.deepcopy(tiny).to(torch.bfloat16), 4) is None
     assert packed_llama_for(add_lora(copy.deepcopy(tiny), rank=2, alpha=4.0), 4) is None
-    for change in ({"attention_bias": True}, {"mlp_bias": True}):
+    for change in (
+        {"attention_bias": True},
+        {"mlp_bias": True},
+        {"hidden_act": "gelu"},
+        {"pretraining_tp": 2},
+        {"model_type": "mistral"},
+    ):
         other = copy.deepcopy(tiny)
         for key, value in change.items():
             setattr(other.config, key, value)

@@ -104,19 +104,17 @@ class KVBuffer:
 def packed_llama_for(model: Any, rows: int) -> PackedLlama | None:
     """A :class:`PackedLlama` over ``model`` (a transformers model, not a LoRA wrapper), or None
     where the model is not a float32 Llama on the CPU that this module reproduces exactly."""
-    config = getattr(model, "config", None)
-    if config is None or getattr(config, "model_type", None) != "llama" or hasattr(model, "peft_config"):
+    config = model.config
+    if config.model_type != "llama" or hasattr(model, "peft_config"):
         return None
     weight = model.get_input_embeddings().weight
     if weight.dtype != torch.float32 or weight.device.type != "cpu":
         return None
-    # transformers 5 names it rope_parameters (rope_scaling is an alias), 4.x rope_scaling (None: default).
-    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
-    if rope.get("rope_type", rope.get("type", "default")) != "default":
+    # transformers 5 names the rotary settings rope_parameters; 4.x rope_scaling (None: the default).
+    rope = getattr(config, "rope_parameters", None) or config.rope_scaling or {}
+    if rope.get("rope_type", "default") != "default":
         return None
-    if getattr(config, "attention_bias", False) or getattr(config, "mlp_bias", False):
-        return None
-    if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "pretraining_tp", 1) != 1:
+    if config.attention_bias or config.mlp_bias or config.hidden_act != "silu" or config.pretraining_tp != 1:
         return None
     return PackedLlama(model, rows)
 
