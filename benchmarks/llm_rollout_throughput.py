@@ -41,8 +41,9 @@ per second); the fp32 weights' bytes over it is the least time of one decoding s
 every weight once, so its inverse bounds decoding steps/s of one sequence, and times the batch
 bounds tokens/s while decoding is bandwidth-bound (prefill, the cache's reads and rows that stop
 early are left out); and the same from a read-only bandwidth (the best of 5 sums over a 256 MB
-tensor), since a decoding step reads the weights and writes little. The medians over rounds are printed against the issue's goals (200 tokens/s
-for 8 episodes on one core, within 2x of llama.cpp, peak RSS 3 GB).
+tensor), since a decoding step reads the weights and writes little. The medians over rounds are
+printed against the issue's goals (200 tokens/s for 8 episodes on one core, within 2x of
+llama.cpp, peak RSS 3 GB).
 
 ``--mode engines``: the packed Llama decoder that generation uses for a float32 Llama on the CPU
 (``--engine auto``; ``cleanrl_style/llm/decoder.py``) against the model's transformers forward

@@ -604,3 +604,13 @@ def test_only_a_one_row_cache_becomes_the_shared_prefix(tiny):
     decoder.forward(torch.tensor([[5, 6], [7, 8]]), torch.tensor([[0, 1], [0, 1]]), torch.ones(2, 2, dtype=torch.long))
     with pytest.raises(ValueError, match="exactly one row"):
         decoder.share_prefix()  # two rows
+
+
+def test_freed_memory_is_returned_to_the_system_under_glibc():
+    import platform
+
+    from cleanrl_style.llm.train import return_freed_memory_to_the_system
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("the setting is glibc's")
+    assert return_freed_memory_to_the_system() is True
