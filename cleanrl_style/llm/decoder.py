@@ -132,7 +132,7 @@ class PackedLlama:
         base = model.get_decoder()
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.head_dim = config.head_dim  # every LlamaConfig of transformers >= 4.45 sets it (hidden / heads by default)
         self.eps = config.rms_norm_eps
         self.rotary = base.rotary_emb
         self.embed = base.embed_tokens.weight
