@@ -506,6 +506,14 @@ def test_a_packed_linear_gives_the_plain_product_for_any_row_count(rows):
     torch.testing.assert_close(PackedLinear(weight, 8)(x.view(1, rows, 40)), (x @ weight.T).view(1, rows, 48))
 
 
+def test_weights_are_packed_where_mkl_can_pack_them():
+    """Packing only changes speed, so the products above cannot show it: check it is done where it can be."""
+    weight = torch.randn(48, 40)
+    can_pack = bool(torch._C.has_mkl) and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
+    assert (PackedLinear(weight, 8).packed is not None) == can_pack
+    assert PackedLinear(weight.double(), 8).packed is None  # only float32 weights are packed
+
+
 def test_the_packed_decoder_covers_only_the_models_it_reproduces(tokenizer, tiny):
     """A float32 Llama on the CPU is packed; a bf16 copy, attention biases, scaled rotary positions
     or a LoRA wrapper fall back to the transformers forward (None)."""
@@ -592,7 +600,7 @@ def test_the_key_value_buffer_keeps_its_columns_when_it_grows_and_rows_are_selec
     assert buffer.keys[0] is not first  # full: a larger buffer
     empty = KVBuffer(layers=2)
     empty.select(torch.tensor([0, 0]))  # nothing written yet: nothing to select
-    assert empty.filled_rows() == 0
+    assert empty.filled_rows() == 0 and empty.columns == 0
 
 
 def test_only_a_one_row_cache_becomes_the_shared_prefix(tiny):
