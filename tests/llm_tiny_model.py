@@ -15,6 +15,7 @@ instead of all 1, so a norm that drops its weight changes the logits.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
@@ -105,3 +106,20 @@ def save_tiny_model(folder: Path, seed: int = 0) -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+@functools.cache
+def bf16_attention_error() -> str | None:
+    """The error of torch's bfloat16 attention on this CPU, or None where it runs.
+
+    With torch 2.13.0 on an Intel Xeon with AMX and ``ATEN_CPU_CAPABILITY=avx2`` (how the suite
+    checks the AVX2 kernels on a newer CPU), a bf16 ``scaled_dot_product_attention`` with a mask
+    raises "pack_vnni2 is only supported when avx512 is supported"; the bf16 agent runs skip there."""
+    import torch.nn.functional as F
+
+    x = torch.randn(1, 1, 128, 16, dtype=torch.bfloat16)  # from 64 keys on, the kernel takes the packed path
+    try:
+        F.scaled_dot_product_attention(x, x, x, attn_mask=torch.ones(1, 1, 128, 128, dtype=torch.bool).tril())
+    except RuntimeError as exc:
+        return str(exc)
+    return None
