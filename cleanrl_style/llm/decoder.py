@@ -7,25 +7,30 @@ ids. This module does those forwards for a ``LlamaForCausalLM`` (SmolLM2 and the
 checkpoints) without transformers' generic machinery:
 
 - **Weights packed for the batch.** A decoding step multiplies a few rows by every weight once, so
-  it is bound by reading the weights. MKL's general matrix product repacks the weight matrix at
-  every call; here each projection (query, key and value fused into one, gate and up fused into
-  one, the output and down projections, and the tied head) is packed once per generation, with
-  ``torch.ops.mkl._mkl_reorder_linear_weight`` for the batch's row count (fewer rows are padded up
-  to it). On a 2-core Intel Xeon (AVX-512, 2026-12-02, torch 2.13.0+cpu, one thread) 8 rows
-  against a 1,536 x 576 weight ran at 6.6 GB/s of weights read packed, against 4.3 GB/s unpacked.
-  Without MKL (or for other row counts) the plain ``linear`` is used: the same products.
+  it is bound by reading the weights. Each projection (query, key and value fused into one, gate
+  and up fused into one, the output and down projections, and the tied head) is packed once per
+  generation with ``torch.ops.mkl._mkl_reorder_linear_weight`` for the batch's row count (fewer
+  rows are padded up to it). On a 2-core Intel Xeon (AVX-512, 2026-12-02, torch 2.13.0+cpu, one
+  thread) 8 rows against 1,536 x 576 weights ran at 6.6 GB/s of weights read packed, against 4.3
+  GB/s with the plain ``linear``. Without MKL (or for more rows) the plain ``linear`` is used: the
+  same products.
+- **The shared prefix read once.** The first chunk every row starts with (system prompt and tool
+  schemas) is fed once as one row and kept apart (:meth:`PackedLlama.share_prefix`); each decoding
+  step reads its keys and values once for all rows, under one softmax with the row's own columns,
+  instead of one copy per row.
 - **Attention written out for one query.** A decoding step's query attends to its row's cached
-  keys through two batched matrix products and a masked softmax; prefill chunks use
+  keys through batched matrix products and a masked softmax; prefill chunks use
   ``scaled_dot_product_attention`` with the causal-and-holes mask.
 - **A key/value buffer with spare room**, grown by half when full, rows selected or repeated in
   place of a transformers cache.
 
 The packed copies are taken from the live weights when a ``PackedLlama`` is built, so it must be
 rebuilt after the weights change (``TurnGenerator`` builds one per ``generate`` call from a fresh
-cache). Models it does not cover (not Llama, rotary scaling other than the default, attention or
-MLP biases, a LoRA wrapper) return None from :func:`packed_llama_for`, and the generator falls back
-to the transformers forward. A test checks its logits against transformers' on a random tiny
-Llama, step by step with holes in the mask.
+cache). Models it does not cover (not a float32 Llama on the CPU, rotary scaling other than the
+default, attention or MLP biases, another activation than SiLU, a LoRA wrapper) return None from
+:func:`packed_llama_for`, and the generator falls back to the transformers forward. Tests check
+every sampled token's log-probability against a full transformers pass on a random tiny Llama,
+over turns with holes in the mask, with and without a shared prefix.
 """
 
 from __future__ import annotations
