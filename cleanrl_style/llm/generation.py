@@ -97,9 +97,9 @@ def sample_next(logits: torch.Tensor, sampling: Sampling, generator: torch.Gener
         sorted_probs = sorted_logits.softmax(dim=-1)
         drop = sorted_probs.cumsum(dim=-1) - sorted_probs >= sampling.top_p  # the tokens before already cover top_p
         logits = logits.masked_fill(torch.zeros_like(drop).scatter(-1, order, drop), float("-inf"))
-    # One uniform per row through the inverse CDF: an exact draw, and on a CPU far cheaper than
-    # torch.multinomial, which draws an exponential for every token of the vocabulary (7-8 ms a
-    # step for 8 rows of SmolLM2's 49,152 tokens, against well under 1 ms here).
+    # One uniform per row through the inverse CDF: an exact draw, and on a CPU cheaper than
+    # torch.multinomial, which draws an exponential for every token of the vocabulary (8 rows of
+    # SmolLM2's 49,152 tokens, one thread: 9.2 ms for multinomial alone, 3.7 ms for this whole function).
     cdf = logits.softmax(dim=-1).double().cumsum(dim=-1).cpu()
     u = torch.rand(cdf.shape[0], 1, generator=generator, dtype=torch.float64) * cdf[:, -1:]
     chosen = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
