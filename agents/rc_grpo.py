@@ -61,7 +61,7 @@ import torch
 import tyro
 
 from cleanrl_style import Run
-from cleanrl_style.cli import check_range
+from cleanrl_style.cli import check_range, require
 from cleanrl_style.llm.args import LLMRunArgs
 from cleanrl_style.llm.progress import WorkProgress
 from cleanrl_style.llm.rollout import collect_groups, evaluate_held_out, tokenize_conversation, with_first_user_suffix
@@ -121,6 +121,10 @@ class Args(LLMRunArgs):
 
     def validate(self) -> None:
         check_range("p_high", self.p_high, 0, 1)  # a share of each group
+        require(
+            self.require_gold_calls,
+            "RC-GRPO's success requires the gold calls; --no-require-gold-calls is for grpo.py and turnsight.py",
+        )
         super().validate()
 
 
@@ -414,8 +418,6 @@ def run_rc_grpo(args: Args, run: Run) -> None:
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
-    if not args.require_gold_calls:
-        raise SystemExit("RC-GRPO's success requires the gold calls; --no-require-gold-calls is for grpo.py and turnsight.py")
     args.validate()
     if not args.exp_name:
         args.exp_name = f"rc_grpo_{args.stage}"

@@ -547,7 +547,16 @@ def test_gradient_checkpointing_gives_the_same_update(tmp_path, tokenizer):
     gradient step moves every weight as it does without it."""
     from llm_tiny_model import save_tiny_model
 
-    from cleanrl_style.llm.train import build_policy, is_activation_checkpointing
+    from cleanrl_style.llm.model import unwrap
+    from cleanrl_style.llm.train import build_policy
+
+    def is_activation_checkpointing(model):  # transformers 5's name, or 4.x's
+        base = unwrap(model)
+        return bool(
+            getattr(base, "is_activation_checkpointing", None)
+            if hasattr(base, "is_activation_checkpointing")
+            else base.is_gradient_checkpointing
+        )
 
     folder = save_tiny_model(tmp_path / "tiny")
     rows = [encode(tokenizer, f"<|im_start|>user\nsend {k} to Bob<|im_end|>\n<|im_start|>assistant\nok {k}") for k in (5, 70)]

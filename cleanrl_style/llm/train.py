@@ -85,12 +85,6 @@ def enable_activation_checkpointing(model: Any) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
-def is_activation_checkpointing(model: Any) -> bool:
-    base = unwrap(model)
-    name = "is_activation_checkpointing" if hasattr(base, "is_activation_checkpointing") else "is_gradient_checkpointing"
-    return bool(getattr(base, name))
-
-
 def build_policy(
     model: str,
     device: str,
