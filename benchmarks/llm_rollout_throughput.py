@@ -425,63 +425,28 @@ def report(args: argparse.Namespace) -> None:
     )
 
 
-def compare_cache(args: argparse.Namespace) -> None:
-    model, tokenizer = load_causal_lm(args.model or None, device=args.device)
-    family, ids = bank_tasks(args)
-    contenders = {"cached": True, "re-read": False}
-    rates: dict[str, list[float]] = {name: [] for name in contenders}
-    load_before = load_average()
-    for r in range(args.rounds):
-        order = list(contenders) if r % 2 == 0 else list(contenders)[::-1]
-        for name in order:
-            rollouts, timing = collect_rollouts(model, tokenizer, family, ids, settings_of(args, contenders[name]), seed=r)
-            turns = sorted({len(x.turns) for x in rollouts})
-            rates[name].append(timing["tokens_per_second"])
-            print(
-                f"round {r}: {name:>8}: {timing['generated_tokens']:.0f} tokens in {timing['generation_seconds']:.1f} s "
-                f"= {timing['tokens_per_second']:.1f} tokens/s; prefilled {timing['prefilled_tokens']:.0f} tokens; "
-                f"turns per episode {turns}",
-                flush=True,
-            )
-    cached, reread = statistics.median(rates["cached"]), statistics.median(rates["re-read"])
-    load_after = load_average()
+def compare(args: argparse.Namespace, contenders: dict[str, RolloutSettings]) -> None:
+    """The same tasks, seed and sampling under each of ``contenders`` (name -> settings), in
+    alternating rounds; each round's rate, then the medians and the ratio of the first to the second."""
     import transformers
 
-    print(
-        f"\n{len(ids)} episodes ({args.groups} groups x {args.group_size}), {args.turns} assistant messages of <= "
-        f"{args.max_new_tokens} tokens each, sampling at temperature 1, {args.precision}, device {args.device}"
-    )
-    print(
-        f"conditions: {time.strftime('%Y-%m-%d')}, {cpu_model()}, {os.cpu_count()} cores, {args.threads} torch threads, "
-        f"1-minute load average {load_before:.1f} before and {load_after:.1f} after; torch {torch.__version__}, "
-        f"transformers {transformers.__version__}"
-    )
-    print(
-        f"median over {args.rounds} rounds: cached {cached:.1f} tokens/s, re-read {reread:.1f} tokens/s, "
-        f"ratio {cached / reread:.2f}x"
-    )
-
-
-def compare_engines(args: argparse.Namespace) -> None:
-    """The packed Llama decoder (engine auto) against the transformers forward, alternating rounds."""
     model, tokenizer = load_causal_lm(args.model or None, device=args.device)
     family, ids = bank_tasks(args)
-    contenders = ("auto", "transformers")
-    rates: dict[str, list[float]] = {name: [] for name in contenders}
+    names = list(contenders)
+    rates: dict[str, list[float]] = {name: [] for name in names}
     load_before = load_average()
     for r in range(args.rounds):
-        for name in contenders if r % 2 == 0 else contenders[::-1]:
-            rollouts, timing = collect_rollouts(model, tokenizer, family, ids, settings_of(args, engine=name), seed=r)
+        for name in names if r % 2 == 0 else names[::-1]:
+            rollouts, timing = collect_rollouts(model, tokenizer, family, ids, contenders[name], seed=r)
             rates[name].append(timing["tokens_per_second"])
             print(
                 f"round {r}: {name:>12}: {timing['generated_tokens']:.0f} tokens in {timing['generation_seconds']:.1f} s "
-                f"= {timing['tokens_per_second']:.1f} tokens/s; prefilled {timing['prefilled_tokens']:.0f} tokens",
+                f"= {timing['tokens_per_second']:.1f} tokens/s; prefilled {timing['prefilled_tokens']:.0f} tokens; "
+                f"turns per episode {sorted({len(x.turns) for x in rollouts})}",
                 flush=True,
             )
-    import transformers
-
-    packed, plain = statistics.median(rates["auto"]), statistics.median(rates["transformers"])
-    ratios = sorted(a / b for a, b in zip(rates["auto"], rates["transformers"]))
+    first, second = (statistics.median(rates[name]) for name in names)
+    ratios = sorted(a / b for a, b in zip(*rates.values()))
     print(
         f"\n{len(ids)} episodes ({args.groups} groups x {args.group_size}), {args.turns} assistant messages of <= "
         f"{args.max_new_tokens} tokens each, sampling at temperature 1, {args.precision}, device {args.device}"
@@ -492,9 +457,19 @@ def compare_engines(args: argparse.Namespace) -> None:
         f"transformers {transformers.__version__}; commit {git_commit()}"
     )
     print(
-        f"median over {args.rounds} rounds: packed decoder {packed:.1f} tokens/s, transformers {plain:.1f} tokens/s, "
-        f"ratio {packed / plain:.2f}x (per round: {', '.join(f'{x:.2f}' for x in ratios)})"
+        f"median over {args.rounds} rounds: {names[0]} {first:.1f} tokens/s, {names[1]} {second:.1f} tokens/s, "
+        f"ratio {first / second:.2f}x (per round: {', '.join(f'{x:.2f}' for x in ratios)})"
     )
+
+
+def compare_cache(args: argparse.Namespace) -> None:
+    """The per-episode cache kept across turns against re-reading every conversation each turn."""
+    compare(args, {"cached": settings_of(args, keep_cache=True), "re-read": settings_of(args, keep_cache=False)})
+
+
+def compare_engines(args: argparse.Namespace) -> None:
+    """The packed Llama decoder (engine auto) against the transformers forward."""
+    compare(args, {"packed": settings_of(args, engine="auto"), "transformers": settings_of(args, engine="transformers")})
 
 
 def main() -> None:
