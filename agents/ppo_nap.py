@@ -42,8 +42,8 @@ from cleanrl_style import (
     RunningNorm,
     compile_or_eager,
     mlp,
+    require,
 )
-from cleanrl_style.cli import require
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 # --compile auto compiles runs at least this long, which repay the compile (10-25 s): it saves

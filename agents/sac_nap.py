@@ -46,17 +46,20 @@ from torch import nn
 
 import envs
 from cleanrl_style import (
+    Batch,
+    Ensemble,
     EpisodeStats,
     FlatParameters,
     NormProjector,
+    ReplayBuffer,
     Run,
     RunArgs,
     RunningNorm,
+    buffer_checkpoint,
     compile_or_eager,
     mlp,
+    restore_buffer,
 )
-from cleanrl_style.ensemble import Ensemble
-from cleanrl_style.replay import Batch, ReplayBuffer, buffer_checkpoint, restore_buffer
 
 # --compile auto compiles the losses of runs at least this long, which repay the one-off compile.
 COMPILE_FROM_STEPS = 200_000
@@ -210,7 +213,7 @@ class Learner:
         self._critic_loss = compile_or_eager(self.critic_loss, compile)
         self._actor_loss = compile_or_eager(self.actor_loss, compile)
         # Each network's parameters in one tensor: zeroing and the Adam step are one op each
-        # (same math as per-parameter; see cleanrl_style/flat_params.py). Before members() below.
+        # (same math as per-parameter; see cleanrl_style/blocks/flat_params.py). Before members() below.
         self.actor_flat, self.critic_flat = FlatParameters(agent.actor), FlatParameters(agent.critic)
         self.actor_opt = torch.optim.Adam([self.actor_flat.param], lr=args.policy_lr, fused=True)
         self.critic_opt = torch.optim.Adam([self.critic_flat.param], lr=args.q_lr, fused=True)

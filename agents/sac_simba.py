@@ -65,18 +65,22 @@ from torch import nn
 
 import envs
 from cleanrl_style import (
+    Batch,
+    Ensemble,
     EpisodeStats,
     FlatParameters,
+    ReplayBuffer,
     Run,
     RunArgs,
     RunningNorm,
     SimbaEncoder,
+    buffer_checkpoint,
+    check_range,
     compile_or_eager,
     layer_init,
+    require,
+    restore_buffer,
 )
-from cleanrl_style.cli import check_range, require
-from cleanrl_style.ensemble import Ensemble
-from cleanrl_style.replay import Batch, ReplayBuffer, buffer_checkpoint, restore_buffer
 from envs.dmc import is_dmc
 
 # --compile auto compiles the losses of runs at least this long, which repay the one-off compile.
@@ -266,7 +270,7 @@ class Learner:
         self._actor_loss = compile_or_eager(self.actor_loss, compile)
         self._critic_loss = compile_or_eager(self.critic_loss, compile)
         # Each network's parameters in one tensor: zeroing and the AdamW step are one op each (same
-        # math as per-parameter AdamW; see cleanrl_style/flat_params.py).
+        # math as per-parameter AdamW; see cleanrl_style/blocks/flat_params.py).
         self.actor_flat, self.critic_flat = FlatParameters(agent.actor), FlatParameters(agent.critic)
         adamw = dict(lr=args.learning_rate, weight_decay=args.weight_decay, fused=True)
         self.actor_opt = torch.optim.AdamW([self.actor_flat.param], **adamw)

@@ -84,7 +84,7 @@ Choices made here where the paper leaves them open (S3 makes the same ones, unle
 - The three critic sub-networks are one ``Ensemble``: stacked weights, one batched call; actor and
   critic parameters live in one flat tensor (``FlatParameters``), so the optimizer step is a few ops.
 - Truncated episodes bootstrap from the true final observation (``info["final_obs"]``).
-- The nodes are sorted with ``cleanrl_style.sorting.sort_rows`` (numpy's SIMD argsort on the CPU, the
+- The nodes are sorted with ``cleanrl_style.blocks.sorting.sort_rows`` (numpy's SIMD argsort on the CPU, the
   same values and gradients as ``torch.sort``, several times faster).
 - ``--compile auto`` compiles, for runs of 100k steps or more, the loss (forward and backward) and the
   optimizer step with the target update (one fused pass); ``--precision bf16``
@@ -104,11 +104,22 @@ import tyro
 from torch import nn
 
 import envs
-from cleanrl_style import EpisodeStats, FlatParameters, Run, RunArgs, compile_or_eager
-from cleanrl_style.cli import check_range, require
-from cleanrl_style.ensemble import Ensemble
-from cleanrl_style.replay import Batch, FadingReplayBuffer, buffer_checkpoint, fading_tanh, restore_buffer
-from cleanrl_style.sorting import sort_rows
+from cleanrl_style import (
+    Batch,
+    Ensemble,
+    EpisodeStats,
+    FadingReplayBuffer,
+    FlatParameters,
+    Run,
+    RunArgs,
+    buffer_checkpoint,
+    check_range,
+    compile_or_eager,
+    fading_tanh,
+    require,
+    restore_buffer,
+    sort_rows,
+)
 
 PHI = (1 + math.sqrt(5)) / 2
 SB_CLAMP = 1e-3  # S and B enter the swaddling loss clamped to [1e-3, 1 - 1e-3]
@@ -169,7 +180,7 @@ class Args(RunArgs):
     """log losses every this many environment steps"""
 
     def validate(self) -> None:
-        """Refuse values the update cannot use (called by Run, after --resume); shared flags: cleanrl_style.cli."""
+        """Refuse values the update cannot use (called by Run, after --resume); shared flags: cleanrl_style.runs.cli."""
         require(
             self.hidden >= 1 and self.critic_nodes >= 1,
             f"--hidden {self.hidden}, --critic-nodes {self.critic_nodes}: widths of 1 or more",

@@ -20,12 +20,12 @@ The loss over the whole set (and the accuracy, for labels) at the end of each ro
 well the network still learns a new target in a fixed budget of steps. A network that loses
 plasticity fits each new round's targets less well: its end-of-round loss rises over rounds.
 
-Arms, all the same Adam at a constant learning rate, built by ``cleanrl_style.layers.mlp`` with
+Arms, all the same Adam at a constant learning rate, built by ``cleanrl_style.blocks.layers.mlp`` with
 ReLU hidden layers (the same initial linear weights in every arm for a given seed):
 
 - ``plain``: ``Linear -> ReLU`` hidden layers;
 - ``layernorm``: ``Linear -> LayerNorm -> ReLU``;
-- ``nap``: the LayerNorm network, with ``cleanrl_style.nap.NormProjector`` at the agents' defaults
+- ``nap``: the LayerNorm network, with ``cleanrl_style.blocks.nap.NormProjector`` at the agents' defaults
   (each hidden weight matrix and each LayerNorm's (gamma, beta) rescaled to its initial norm after
   every optimizer step; biases and the output layer free), as ``agents/sac_nap.py`` uses it;
 - ``nap_output`` (not run by default): NaP with the output layer projected too (the agents'
@@ -39,15 +39,15 @@ Writes to ``--out``:
   hidden units (zero after the ReLU for every input);
 - ``summary.csv``: per task and arm, the mean end-of-round loss over the first and over the last
   ``window`` rounds, and their difference (last - first), each per seed then averaged over seeds,
-  with a 95% percentile-bootstrap interval over seeds (rliable, via ``cleanrl_style.plot``);
+  with a 95% percentile-bootstrap interval over seeds (rliable, via ``cleanrl_style.experiments.plot``);
 - ``comparisons.csv``: per task, each arm minus each arm before it in (plain, layernorm, nap):
   the per-seed difference of their mean loss over the last ``window`` rounds (paired: one seed is
   the same inputs, targets and minibatches in both), its mean and the same interval;
-- ``args.json``, ``provenance.json`` (``cleanrl_style.provenance.describe``: date, commit, CPU
+- ``args.json``, ``provenance.json`` (``cleanrl_style.runs.provenance.describe``: date, commit, CPU
   model, cores, load, package versions) and ``plots/plasticity.png``.
 
 ``--replot`` rewrites ``summary.csv`` and the figure from an existing ``rounds.csv``. No interval
-is given under 5 seeds (``cleanrl_style.plot.MIN_SEEDS_FOR_CI``).
+is given under 5 seeds (``cleanrl_style.experiments.plot.MIN_SEEDS_FOR_CI``).
 """
 
 from __future__ import annotations
@@ -69,10 +69,10 @@ from torch import nn
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cleanrl_style.layers import mlp  # noqa: E402
-from cleanrl_style.nap import NormProjector  # noqa: E402
-from cleanrl_style.plot import MIN_SEEDS_FOR_CI, bootstrap_ci, interval_method  # noqa: E402
-from cleanrl_style.provenance import describe  # noqa: E402
+from cleanrl_style.blocks.layers import mlp  # noqa: E402
+from cleanrl_style.blocks.nap import NormProjector  # noqa: E402
+from cleanrl_style.experiments.plot import MIN_SEEDS_FOR_CI, bootstrap_ci, interval_method  # noqa: E402
+from cleanrl_style.runs.provenance import describe  # noqa: E402
 
 ARMS = ("plain", "layernorm", "nap", "nap_output")
 DEFAULT_ARMS = ARMS[:3]

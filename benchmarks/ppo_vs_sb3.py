@@ -56,7 +56,7 @@ class Args:
 
 def ours_sps(args: Args) -> tuple[float, float, float]:
     """(window SPS, steady SPS, whole-process SPS) of one run of agents/ppo_nap.py."""
-    from cleanrl_style.logger import read_progress
+    from cleanrl_style.runs.logger import read_progress
 
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"

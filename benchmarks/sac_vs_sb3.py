@@ -36,8 +36,8 @@ sys.path.insert(0, str(REPO))
 
 from timing import alternating_rounds, record_matmuls, replay_matmuls  # noqa: E402  (benchmarks/timing.py)
 
-from cleanrl_style.evaluate import import_agent  # noqa: E402
-from cleanrl_style.replay import ReplayBuffer  # noqa: E402
+from cleanrl_style.blocks.replay import ReplayBuffer  # noqa: E402
+from cleanrl_style.runs.evaluate import import_agent  # noqa: E402
 
 
 @dataclass

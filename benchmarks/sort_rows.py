@@ -1,4 +1,4 @@
-"""Sorting rows, forward and backward: ``cleanrl_style.sorting.sort_rows`` against ``torch.sort``.
+"""Sorting rows, forward and backward: ``cleanrl_style.blocks.sorting.sort_rows`` against ``torch.sort``.
 
     python benchmarks/sort_rows.py                        # Symphony's 384 x 384 critic nodes
     python benchmarks/sort_rows.py --rows 256 --cols 1024
@@ -24,8 +24,8 @@ sys.path.insert(0, str(REPO))
 
 from timing import alternating_rounds  # noqa: E402  (benchmarks/timing.py, beside this script)
 
-from cleanrl_style.provenance import cpu_model  # noqa: E402
-from cleanrl_style.sorting import sort_rows  # noqa: E402
+from cleanrl_style.blocks.sorting import sort_rows  # noqa: E402
+from cleanrl_style.runs.provenance import cpu_model  # noqa: E402
 
 
 @dataclass

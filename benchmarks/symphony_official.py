@@ -18,7 +18,7 @@ and the same task with this suite's agent::
         --buffer-size 40960 --total-timesteps 30000 \\
         --exp-name symphony_h128_buf41k --run-dir runs/symphony_official/Hopper__symphony_h128_buf41k__s1
 
-    python -m cleanrl_style.plot runs/symphony_official
+    python -m cleanrl_style.experiments.plot runs/symphony_official
 
 What runs unmodified: the official module (``S3/symphony.py`` of the checkout, imported from its
 path): its networks, its one combined loss, its optimizer, its target update, its replay buffer
@@ -44,7 +44,7 @@ nodes and batches of ``3 H / 4`` (all nodes); ``agents/symphony.py --hidden 128 
 the recipe arm ``symphony_h128_buf41k``. ``max_action`` is 1 for every env, as in the official
 script (Hopper's bounds are [-1, 1]).
 
-Logged like the suite's agents (``cleanrl_style.run.Run``): ``progress.csv`` with
+Logged like the suite's agents (``cleanrl_style.runs.run.Run``): ``progress.csv`` with
 ``charts/episodic_return`` and ``charts/episodic_length`` at each finished episode, ``charts/SPS``,
 ``losses/action_scale`` (the mean ``S`` the official ``train()`` returns) and ``losses/q_bar`` (its
 running ``Qbar``) every ``--log-every`` steps, and a final deterministic evaluation
@@ -72,7 +72,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the suite's packages, run as a script
 
 from cleanrl_style import Run  # noqa: E402
-from cleanrl_style.run import BaseRunArgs  # noqa: E402
+from cleanrl_style.runs.run import BaseRunArgs  # noqa: E402
 from envs.registry import resolve_env_id  # noqa: E402
 
 PINNED_COMMIT = "1318d66bbd5031ee336ebb6c5156321780abe2d3"
@@ -243,8 +243,8 @@ def _load_pull_model(run_dir: Path, official_dir: str, env):
         explore = lambda obs: online.actor(obs, True, True)[0]
         soft_q = lambda obs, act: target.critic_soft(obs, act)[0].squeeze(-1)
         return explore, actor_asb, soft_q, float(state["q_bar"]), torch.ones(act_dim)
-    from cleanrl_style.checkpoint import load_checkpoint
-    from cleanrl_style.cli import args_from_dict
+    from cleanrl_style.runs.checkpoint import load_checkpoint
+    from cleanrl_style.runs.cli import args_from_dict
 
     agent_module = _suite_agent_module()
     agent_args = args_from_dict(agent_module.Args, saved)
@@ -262,7 +262,7 @@ def pull(run_dirs: list[str], official_dir: str = "/tmp/symphony_official", step
     means undone), and the gradient of ``q'`` itself. The swaddling term alone is stationary at
     ``S = 0.364`` (near ``1/e``), ``B = 0.092`` (``1 / (4e)``), with stiffness ``d2/dS2`` about
     ``B / S`` there: the actor term moves ``S`` by about ``-g_actor / (B / S)``."""
-    from cleanrl_style.sorting import sort_rows  # noqa: F401  (the suite's target needs it importable)
+    from cleanrl_style.blocks.sorting import sort_rows  # noqa: F401  (the suite's target needs it importable)
 
     suite = _suite_agent_module()
     for run_dir in map(Path, run_dirs):

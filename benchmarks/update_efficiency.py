@@ -41,9 +41,9 @@ sys.path.insert(0, str(REPO))
 from timing import alternating_rounds, matmul_peak, record_matmuls, replay_matmuls  # noqa: E402  (benchmarks/timing.py)
 
 import envs  # noqa: E402
-from cleanrl_style.evaluate import import_agent  # noqa: E402
-from cleanrl_style.provenance import cpu_has_native_bf16, cpu_model  # noqa: E402
-from cleanrl_style.replay import ReplayBuffer  # noqa: E402
+from cleanrl_style.blocks.replay import ReplayBuffer  # noqa: E402
+from cleanrl_style.runs.evaluate import import_agent  # noqa: E402
+from cleanrl_style.runs.provenance import cpu_has_native_bf16, cpu_model  # noqa: E402
 
 
 @dataclass

@@ -1,23 +1,41 @@
-"""Shared plumbing of the single-file agents: normalization layers, NaP, logging, checkpoints, evaluation.
+"""Everything a single-file agent needs that is not its algorithm, written once.
 
-What is the algorithm stays in ``agents/<name>.py``; what is not lives here, written once.
+The package has four rooms (CONTRIBUTING, "Layout"): ``blocks`` (the building blocks of networks
+and updates), ``runs`` (the plumbing of one run), ``experiments`` (sweeps, recipes, results,
+plots) and ``llm`` (the language-model plumbing). A control agent imports what it uses from here::
+
+    from cleanrl_style import Run, RunArgs, NormProjector, Ensemble, ReplayBuffer, require
 """
 
-from cleanrl_style.checkpoint import load_checkpoint, save_checkpoint
-from cleanrl_style.cli import args_from_dict
-from cleanrl_style.compiling import compile_or_eager
-from cleanrl_style.episodes import EpisodeStats
-from cleanrl_style.flat_params import FlatParameters
-from cleanrl_style.layers import SimbaBlock, SimbaEncoder, layer_init, mlp
-from cleanrl_style.nap import NormProjector
-from cleanrl_style.normalization import RewardScaler, RunningNorm
-from cleanrl_style.run import BaseRunArgs, Run, RunArgs
+from cleanrl_style.blocks.compiling import compile_or_eager
+from cleanrl_style.blocks.ensemble import Ensemble
+from cleanrl_style.blocks.flat_params import FlatParameters
+from cleanrl_style.blocks.layers import SimbaBlock, SimbaEncoder, layer_init, mlp
+from cleanrl_style.blocks.nap import NormProjector
+from cleanrl_style.blocks.normalization import RewardScaler, RunningNorm
+from cleanrl_style.blocks.replay import (
+    Batch,
+    FadingReplayBuffer,
+    ReplayBuffer,
+    buffer_checkpoint,
+    fading_tanh,
+    restore_buffer,
+)
+from cleanrl_style.blocks.sorting import sort_rows
+from cleanrl_style.runs.checkpoint import load_checkpoint, save_checkpoint
+from cleanrl_style.runs.cli import args_from_dict, check_range, require
+from cleanrl_style.runs.episodes import EpisodeStats
+from cleanrl_style.runs.run import BaseRunArgs, Run, RunArgs
 
 __all__ = [
     "BaseRunArgs",
+    "Batch",
+    "Ensemble",
     "EpisodeStats",
+    "FadingReplayBuffer",
     "FlatParameters",
     "NormProjector",
+    "ReplayBuffer",
     "RewardScaler",
     "Run",
     "RunArgs",
@@ -25,9 +43,15 @@ __all__ = [
     "SimbaBlock",
     "SimbaEncoder",
     "args_from_dict",
+    "buffer_checkpoint",
+    "check_range",
     "compile_or_eager",
+    "fading_tanh",
     "layer_init",
     "load_checkpoint",
     "mlp",
+    "require",
+    "restore_buffer",
     "save_checkpoint",
+    "sort_rows",
 ]

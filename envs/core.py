@@ -46,7 +46,7 @@ import torch
 
 class EnvRequestError(ValueError):
     """A request ``envs.make`` cannot serve (unknown env, unsupported space, backend or size); the
-    message names the fix. Command-line agents report it as a usage error (``cleanrl_style.cli``)."""
+    message names the fix. Command-line agents report it as a usage error (``cleanrl_style.runs.cli``)."""
 
 
 class EnvSpaceError(EnvRequestError):

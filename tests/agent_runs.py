@@ -27,7 +27,7 @@ def agent_command(agent: str, run_dir: Path | None, *flags: str) -> list[str]:
 
 def _env(runs_root: Path | None = None) -> dict[str, str]:
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
-    if runs_root is not None:  # where a run without --run-dir makes its folder (cleanrl_style.run.RUNS_DIR)
+    if runs_root is not None:  # where a run without --run-dir makes its folder (cleanrl_style.runs.run.RUNS_DIR)
         env["CLEANRL_STYLE_RUNS"] = str(runs_root)
     return env
 

@@ -105,7 +105,7 @@ def test_action_repeat_1_is_the_plain_env():
 
 
 def test_evaluation_acts_with_the_runs_repeat():
-    from cleanrl_style.evaluate import evaluate_policy
+    from cleanrl_style.runs.evaluate import evaluate_policy
 
     calls = []
 

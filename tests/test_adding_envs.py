@@ -94,7 +94,7 @@ def test_a_sweep_imports_the_module_that_registers_the_env(project):
         [
             sys.executable,
             "-m",
-            "cleanrl_style.sweep",
+            "cleanrl_style.experiments.sweep",
             "--import",
             "my_env",
             "--agents",

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from cleanrl_style import load_checkpoint, save_checkpoint
-from cleanrl_style.checkpoint import CheckpointError, rng_states, set_rng_states
-from cleanrl_style.logger import RunLogger, read_progress
+from cleanrl_style.runs.checkpoint import CheckpointError, rng_states, set_rng_states
+from cleanrl_style.runs.logger import RunLogger, read_progress
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -97,7 +97,11 @@ def test_a_checkpoint_that_would_run_code_is_refused_naming_the_flag_and_the_cod
         load_checkpoint(run_dir)  # its hash trailer is valid: the hash proves integrity, not origin
     assert not marker.exists()
     proc = subprocess.run(
-        [sys.executable, "-m", "cleanrl_style.evaluate", str(run_dir)], cwd=REPO, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "cleanrl_style.runs.evaluate", str(run_dir)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--trust-checkpoint" in proc.stderr, proc.stderr
     assert not marker.exists()
@@ -105,7 +109,7 @@ def test_a_checkpoint_that_would_run_code_is_refused_naming_the_flag_and_the_cod
 
 def test_checkpoints_of_the_suite_load_without_trust(tmp_path):
     """What Run.save stores (RNG states with NumPy's array, argument dicts with tuples, optimizer state)."""
-    from cleanrl_style.checkpoint import rng_states
+    from cleanrl_style.runs.checkpoint import rng_states
 
     model = torch.nn.Linear(2, 2)
     optimizer = torch.optim.Adam(model.parameters())
@@ -131,7 +135,7 @@ def test_evaluate_answers_bad_input_in_one_line(tmp_path, what, make, flags, phr
     run_dir = tmp_path / "run"
     make(run_dir)
     proc = subprocess.run(
-        [sys.executable, "-m", "cleanrl_style.evaluate", str(run_dir), *flags],
+        [sys.executable, "-m", "cleanrl_style.runs.evaluate", str(run_dir), *flags],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import envs
-from cleanrl_style.evaluate import import_agent
-from cleanrl_style.replay import ReplayBuffer
+from cleanrl_style.blocks.replay import ReplayBuffer
+from cleanrl_style.runs.evaluate import import_agent
 
 SMALL = {
     "sac_nap": dict(hidden_sizes=(32, 32), batch_size=32),

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-import cleanrl_style.compiling as compiling
+import cleanrl_style.blocks.compiling as compiling
 from cleanrl_style import compile_or_eager
 
 

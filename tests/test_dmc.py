@@ -7,9 +7,9 @@ import torch
 from agent_runs import run_agent
 
 import envs
-from cleanrl_style.checkpoint import load_checkpoint
-from cleanrl_style.evaluate import evaluate_run
-from cleanrl_style.logger import read_progress
+from cleanrl_style.runs.checkpoint import load_checkpoint
+from cleanrl_style.runs.evaluate import evaluate_run
+from cleanrl_style.runs.logger import read_progress
 from envs.check import check_env
 
 pytest.importorskip("dm_control")

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from cleanrl_style import NormProjector, SimbaEncoder, mlp
-from cleanrl_style.ensemble import Ensemble
+from cleanrl_style.blocks.ensemble import Ensemble
 
 
 class Scaled(nn.Module):

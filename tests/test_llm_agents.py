@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 from agent_runs import resume_agent, run_agent, run_until_first_checkpoint_then_kill  # noqa: E402
 from llm_tiny_model import bf16_attention_error, save_tiny_model  # noqa: E402
 
-from cleanrl_style.checkpoint import load_checkpoint  # noqa: E402
+from cleanrl_style.runs.checkpoint import load_checkpoint  # noqa: E402
 
 SMALL = (
     "--variants",

@@ -232,7 +232,7 @@ def test_reward_tokens_are_shuffled_within_each_group_and_a_bad_share_is_refused
     assert len({tuple(group) for group in groups_of(tokens, 4)}) == 6  # every arrangement of 2 high and 2 low
     with pytest.raises(ValueError, match="p_high"):
         rc_grpo.draw_reward_tokens(1, 4, 1.5, random.Random(0))
-    from cleanrl_style.cli import UsageError
+    from cleanrl_style.runs.cli import UsageError
 
     with pytest.raises(UsageError, match="--p-high 1.5"):  # the flag: one line, exit status 2
         rc_grpo.Args(p_high=1.5).validate()

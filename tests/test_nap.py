@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from cleanrl_style import FlatParameters, NormProjector, mlp
-from cleanrl_style.nap import _contiguous_span
+from cleanrl_style.blocks.nap import _contiguous_span
 
 
 def _linear_norms(model):

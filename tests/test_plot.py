@@ -1,4 +1,5 @@
-"""`python -m cleanrl_style.plot`: figures from synthetic logs and the published curves; numbers by hand and by rliable."""
+"""`python -m cleanrl_style.experiments.plot`: figures from synthetic logs and the published curves; numbers by hand
+and by rliable."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cleanrl_style.plot import (
+from cleanrl_style.experiments.plot import (
     REFERENCE_CSV,
     RunData,
     aggregate_metrics,
@@ -269,7 +270,7 @@ def test_the_command_writes_every_figure_and_table_from_synthetic_logs(synthetic
         [
             sys.executable,
             "-m",
-            "cleanrl_style.plot",
+            "cleanrl_style.experiments.plot",
             str(synthetic_runs),
             "--out",
             str(out),
@@ -348,7 +349,18 @@ def reference_final_by_hand(algorithm: str, env_id: str, budget: float) -> list[
 def test_published_curves_alone_are_drawn_at_the_budget_every_algorithm_reached(tmp_path):
     out = tmp_path / "plots"
     proc = subprocess.run(
-        [sys.executable, "-m", "cleanrl_style.plot", "--reference", "--envs", "Hopper", "--out", str(out), "--n-boot", "200"],
+        [
+            sys.executable,
+            "-m",
+            "cleanrl_style.experiments.plot",
+            "--reference",
+            "--envs",
+            "Hopper",
+            "--out",
+            str(out),
+            "--n-boot",
+            "200",
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -395,7 +407,7 @@ def test_published_curves_reach_the_step_budget_in_the_runs_args(tmp_path):
 
 
 def test_figure_names_keep_only_safe_characters_of_the_env():
-    from cleanrl_style.plot import file_part
+    from cleanrl_style.experiments.plot import file_part
 
     assert [file_part(e) for e in ("tools:bank", "text/ToolUse-v0", "tools:bank+travel", "Hopper-v5")] == [
         "tools-bank",
@@ -406,7 +418,7 @@ def test_figure_names_keep_only_safe_characters_of_the_env():
 
 
 def test_lines_get_distinct_colors_and_published_ones_keep_theirs():
-    from cleanrl_style.plot import _colors
+    from cleanrl_style.experiments.plot import _colors
 
     published = [f"paper{i} (published)" for i in range(4)]
     many = _colors([f"arm{i}" for i in range(10)] + published)
@@ -416,7 +428,7 @@ def test_lines_get_distinct_colors_and_published_ones_keep_theirs():
 
 
 def test_nap_layers_are_matched_by_position_across_runs_with_and_without_layernorm():
-    from cleanrl_style.plot import layers_by_position
+    from cleanrl_style.experiments.plot import layers_by_position
 
     row = np.array([[0, 0, 1.0]])
     with_ln = RunData("E", 1, "nap", {f"nap/norm/actor.net.{i}": row for i in (0, 3, 6)} | {"nap/eff_lr/actor.net.3": row})

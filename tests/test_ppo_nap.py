@@ -9,8 +9,8 @@ import torch
 from conftest import REPO_ROOT
 
 from cleanrl_style import load_checkpoint
-from cleanrl_style.evaluate import evaluate_run
-from cleanrl_style.logger import read_progress
+from cleanrl_style.runs.evaluate import evaluate_run
+from cleanrl_style.runs.logger import read_progress
 
 FAST = ["--env", "InvertedPendulum", "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "4", "--update-epochs", "2"]
 
@@ -142,7 +142,7 @@ def test_evaluate_cli_reports_mean_and_std(run_agent, tmp_path):
     assert "already evaluated at step 256" in resumed.stdout
     assert len(read_progress(run_dir)["eval/return_mean"]) == 1
     out = subprocess.run(
-        [sys.executable, "-m", "cleanrl_style.evaluate", str(run_dir), "--episodes", "2"],
+        [sys.executable, "-m", "cleanrl_style.runs.evaluate", str(run_dir), "--episodes", "2"],
         capture_output=True,
         text=True,
         cwd=REPO_ROOT,

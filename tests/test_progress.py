@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from cleanrl_style.progress import Progress, format_duration
+from cleanrl_style.runs.progress import Progress, format_duration
 
 
 def test_a_plain_line_at_the_first_update_then_at_most_every_interval(capsys):
@@ -103,7 +103,7 @@ def test_eval_every_evaluates_the_watched_policy_during_training(tmp_path, capsy
     from ppo_nap import Args
 
     from cleanrl_style import Run
-    from cleanrl_style.logger import read_progress
+    from cleanrl_style.runs.logger import read_progress
 
     args = Args(env="Pendulum", run_dir=str(tmp_path / "run"), total_timesteps=300, num_envs=1, num_steps=50)
     run = Run(dataclasses.replace(args, eval_every=100, eval_episodes=1, progress_bar=False), agent_file="ppo_nap.py")
@@ -127,14 +127,14 @@ def test_eval_every_in_an_agent_run_draws_as_an_eval_curve(tmp_path):
     flags += ["--total-timesteps", "256", "--eval-every", "128", "--eval-episodes", "2", "--compile", "off"]
     proc = run_agent("ppo_nap", *flags, run_dir=run_dir)
     assert "evaluation over 2 episodes at step 128: " in proc.stdout
-    from cleanrl_style.logger import read_progress
+    from cleanrl_style.runs.logger import read_progress
 
     assert [step for step, _, _ in read_progress(run_dir)["eval/return_mean"]] == [128, 256]
     plots = tmp_path / "plots"
     command = [
         sys.executable,
         "-m",
-        "cleanrl_style.plot",
+        "cleanrl_style.experiments.plot",
         str(tmp_path / "runs"),
         "--out",
         str(plots),

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import envs
-from cleanrl_style import provenance
+from cleanrl_style.runs import provenance
 
 
 def test_the_record_names_the_cpu_the_threads_and_the_isa_torch_chose(tmp_path, monkeypatch):
@@ -23,7 +23,7 @@ def test_the_record_names_the_cpu_the_threads_and_the_isa_torch_chose(tmp_path, 
 
 def test_a_lowered_isa_is_recorded():
     # ATEN_CPU_CAPABILITY is read when torch loads: a fresh interpreter with it set reports it.
-    code = "from cleanrl_style import provenance; print(provenance.threads()['torch_cpu_capability'])"
+    code = "from cleanrl_style.runs import provenance; print(provenance.threads()['torch_cpu_capability'])"
     out = subprocess.run(
         [sys.executable, "-c", code], env={"ATEN_CPU_CAPABILITY": "default", "PATH": ""}, capture_output=True, text=True
     )

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cleanrl_style.recipes import RecipeError, load_recipe
-from cleanrl_style.results import export
-from cleanrl_style.sweep import recipe_points
+from cleanrl_style.experiments.recipes import RecipeError, load_recipe
+from cleanrl_style.experiments.results import export
+from cleanrl_style.experiments.sweep import recipe_points
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,7 +87,7 @@ def test_bad_recipes_are_refused_with_the_problem_named(tmp_path, text, message)
 
 def test_a_missing_recipe_file_is_named(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "cleanrl_style.sweep", "--recipe", str(tmp_path / "nope.toml")],
+        [sys.executable, "-m", "cleanrl_style.experiments.sweep", "--recipe", str(tmp_path / "nope.toml")],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -99,7 +99,7 @@ def test_a_missing_recipe_file_is_named(tmp_path):
 def test_a_tiny_recipe_runs_is_skipped_when_rerun_exports_and_plots(tmp_path):
     recipe = write(tmp_path, TINY)
     runs = tmp_path / "runs"
-    command = [sys.executable, "-m", "cleanrl_style.sweep", "--recipe", str(recipe), "--sweep-dir", str(runs)]
+    command = [sys.executable, "-m", "cleanrl_style.experiments.sweep", "--recipe", str(recipe), "--sweep-dir", str(runs)]
     first = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "2 grid points" in first.stdout and "2 run(s) finished, 0 failed" in first.stdout
@@ -125,7 +125,7 @@ def test_a_tiny_recipe_runs_is_skipped_when_rerun_exports_and_plots(tmp_path):
 
     plots = tmp_path / "plots"
     plotted = subprocess.run(
-        [sys.executable, "-m", "cleanrl_style.plot", str(out), "--out", str(plots)],
+        [sys.executable, "-m", "cleanrl_style.experiments.plot", str(out), "--out", str(plots)],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -182,7 +182,7 @@ def test_malformed_recipes_are_refused_with_the_problem_named(tmp_path, text, me
 
 def sweep(*args, cwd=REPO):
     return subprocess.run(
-        [sys.executable, "-m", "cleanrl_style.sweep", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+        [sys.executable, "-m", "cleanrl_style.experiments.sweep", *args], capture_output=True, text=True, cwd=cwd, timeout=300
     )
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import envs
-from cleanrl_style.replay import FadingReplayBuffer, ReplayBuffer, buffer_checkpoint, fading_tanh, restore_buffer
+from cleanrl_style.blocks.replay import FadingReplayBuffer, ReplayBuffer, buffer_checkpoint, fading_tanh, restore_buffer
 
 
 def fill(buffer, n, num_envs=1):

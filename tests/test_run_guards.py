@@ -14,8 +14,8 @@ import torch
 
 import envs
 from cleanrl_style import Run, load_checkpoint, save_checkpoint
-from cleanrl_style.checkpoint import CheckpointError
-from cleanrl_style.cli import UsageError
+from cleanrl_style.runs.checkpoint import CheckpointError
+from cleanrl_style.runs.cli import UsageError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "agents"))  # for `from ppo_nap import Args` (also done by tests/conftest.py)
@@ -89,7 +89,7 @@ def test_out_of_range_hyperparameters_are_refused_by_name(agent_name, field, val
     import dataclasses
     import importlib
 
-    from cleanrl_style.cli import check_args, flag
+    from cleanrl_style.runs.cli import check_args, flag
 
     args = dataclasses.replace(importlib.import_module(agent_name).Args(env="Pendulum"), **{field: value})
     with pytest.raises(UsageError) as refused:
@@ -263,7 +263,7 @@ def _args(run_dir, **kw):
 def test_the_run_that_loses_the_start_race_leaves_the_winners_folder_alone(tmp_path, monkeypatch):
     """Two runs started at once on a new folder: the loser may be the one that made the folder, but
     the lock's holder owns it, so the loser's clean-up must not remove it."""
-    import cleanrl_style.run as run_module
+    import cleanrl_style.runs.run as run_module
     from cleanrl_style import cli
 
     run_dir = tmp_path / "new"
@@ -347,6 +347,6 @@ def test_a_resumed_run_says_from_which_step_and_every_run_names_its_folder(tmp_p
     run.save(64, agent={})
     run.close()
     out = capsys.readouterr().out
-    assert f"run folder: {run_dir}" in out and f"python -m cleanrl_style.evaluate {run_dir}" in out
+    assert f"run folder: {run_dir}" in out and f"python -m cleanrl_style.runs.evaluate {run_dir}" in out
     Run(_args("", resume=str(run_dir)), agent_file="ppo_nap.py").close()
     assert f"resuming {run_dir} from step 64" in capsys.readouterr().out

@@ -6,10 +6,10 @@ import pytest
 import torch
 from agent_runs import resume_agent, run_seeds, run_until_first_checkpoint_then_kill
 
-from cleanrl_style.checkpoint import load_checkpoint
-from cleanrl_style.evaluate import evaluate_run, import_agent
-from cleanrl_style.logger import read_progress
-from cleanrl_style.replay import ReplayBuffer
+from cleanrl_style.blocks.replay import ReplayBuffer
+from cleanrl_style.runs.checkpoint import load_checkpoint
+from cleanrl_style.runs.evaluate import evaluate_run, import_agent
+from cleanrl_style.runs.logger import read_progress
 
 sac = import_agent("agents/sac_nap.py")
 

@@ -7,11 +7,11 @@ import torch
 from agent_runs import resume_agent, run_agent, run_until_first_checkpoint_then_kill
 
 from cleanrl_style import SimbaBlock
-from cleanrl_style.checkpoint import load_checkpoint
-from cleanrl_style.cli import UsageError
-from cleanrl_style.evaluate import evaluate_run, import_agent
-from cleanrl_style.logger import read_progress
-from cleanrl_style.replay import ReplayBuffer
+from cleanrl_style.blocks.replay import ReplayBuffer
+from cleanrl_style.runs.checkpoint import load_checkpoint
+from cleanrl_style.runs.cli import UsageError
+from cleanrl_style.runs.evaluate import evaluate_run, import_agent
+from cleanrl_style.runs.logger import read_progress
 
 simba = import_agent("agents/sac_simba.py")
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from cleanrl_style.sorting import argsort_rows, sort_rows
+from cleanrl_style.blocks.sorting import argsort_rows, sort_rows
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])

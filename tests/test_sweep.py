@@ -1,4 +1,4 @@
-"""`python -m cleanrl_style.sweep`: grids run to the end, restarts skip finished work and resume the rest."""
+"""`python -m cleanrl_style.experiments.sweep`: grids run to the end, restarts skip finished work and resume the rest."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cleanrl_style.sweep import expand_grid, parse_grid
+from cleanrl_style.experiments.sweep import expand_grid, parse_grid
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,7 +64,7 @@ def sweep_command(agent: Path, sweep_dir: Path, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "cleanrl_style.sweep",
+        "cleanrl_style.experiments.sweep",
         "--agents",
         str(agent),
         "--envs",
@@ -134,7 +134,7 @@ def test_grid_values_reach_the_agent_as_flags_and_a_failing_run_is_reported_with
         [
             sys.executable,
             "-m",
-            "cleanrl_style.sweep",
+            "cleanrl_style.experiments.sweep",
             "--agents",
             str(tiny_agent),
             "--envs",
@@ -247,7 +247,7 @@ def test_the_ray_launcher_runs_the_same_grid_on_a_ray_cluster(tiny_agent, tmp_pa
 
 
 def test_command_line_keeps_its_flags():
-    from cleanrl_style.sweep import parse_args
+    from cleanrl_style.experiments.sweep import parse_args
 
     args = parse_args(
         [

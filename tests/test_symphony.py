@@ -6,10 +6,10 @@ import pytest
 import torch
 from agent_runs import resume_agent, run_agent, run_until_first_checkpoint_then_kill
 
-from cleanrl_style.checkpoint import load_checkpoint
-from cleanrl_style.evaluate import evaluate_run, import_agent
-from cleanrl_style.logger import read_progress
-from cleanrl_style.replay import FadingReplayBuffer
+from cleanrl_style.blocks.replay import FadingReplayBuffer
+from cleanrl_style.runs.checkpoint import load_checkpoint
+from cleanrl_style.runs.evaluate import evaluate_run, import_agent
+from cleanrl_style.runs.logger import read_progress
 
 sym = import_agent("agents/symphony.py")
 E = torch.tensor([-3.0, -1.0, -0.2, 0.0, 0.2, 1.0, 3.0])

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from agent_runs import REPO, agent_command
 
-from cleanrl_style.logger import read_progress
+from cleanrl_style.runs.logger import read_progress
 
 pytest.importorskip("wandb")
 

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from agent_runs import REPO, agent_command
 
-from cleanrl_style.evaluate import evaluate_policy, evaluate_run, load_run_policy
-from cleanrl_style.logger import read_progress
-from cleanrl_style.video import RenderingUnavailable, check_rendering
+from cleanrl_style.runs.evaluate import evaluate_policy, evaluate_run, load_run_policy
+from cleanrl_style.runs.logger import read_progress
+from cleanrl_style.runs.video import RenderingUnavailable, check_rendering
 
 VIDEO_LINE = re.compile(r"video: (\S+\.mp4) \((\d+) steps, return (-?[\d.]+)")
 FLAGS = [
@@ -129,7 +129,7 @@ def test_filming_leaves_training_unchanged(filmed_run, tmp_path):
 def test_evaluate_films_the_episodes_it_scores(filmed_run):
     run_dir, _ = filmed_run
     proc = subprocess.run(
-        [sys.executable, "-m", "cleanrl_style.evaluate", str(run_dir), "--episodes", "3", "--capture-video"]
+        [sys.executable, "-m", "cleanrl_style.runs.evaluate", str(run_dir), "--episodes", "3", "--capture-video"]
         + ["--video-episodes", "2", "--video-size", "32", "32"],
         cwd=REPO,
         capture_output=True,

@@ -13,7 +13,7 @@ from typing import ClassVar, Literal
 from cleanrl_style.llm.generation import Sampling
 from cleanrl_style.llm.model import generation_precision
 from cleanrl_style.llm.rollout import EpisodeLimits, RolloutSettings
-from cleanrl_style.run import BaseRunArgs
+from cleanrl_style.runs.run import BaseRunArgs
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Figures and tables from run folders: learning curves, aggregates across envs, NaP, LLM metrics.
 
-    python -m cleanrl_style.plot runs/sweep [more run folders or parents] --out plots/ [--reference]
+    python -m cleanrl_style.experiments.plot runs/sweep [more run folders or parents] --out plots/ [--reference]
 
 Reads every run under the given folders (a folder with ``progress.csv`` and ``args.json``) and writes:
 
@@ -35,7 +35,7 @@ Reads every run under the given folders (a folder with ``progress.csv`` and ``ar
 Lines are named by the sweep's label (``sweep.json``), else by the agent (``exp_name``) and the
 arguments that differ between its runs; ``--group-by nap learning_rate`` names them by those
 arguments instead. ``--reference`` overlays the published Gymnasium-MuJoCo curves shipped in
-``cleanrl_style/reference_curves/`` (evaluation returns on the v4 tasks; Apache-2.0, see its README)
+``cleanrl_style/experiments/reference_curves/`` (evaluation returns on the v4 tasks; Apache-2.0, see its README)
 on the matching envs, cut at the runs' budget (alone: at the budget all published algorithms
 reached), and adds them to the summary and the aggregates.
 
@@ -55,8 +55,7 @@ from typing import Annotated, Literal
 
 import tyro
 
-from cleanrl_style.logger import CSV_NAME
-from cleanrl_style.plot.aggregates import (
+from cleanrl_style.experiments.plot.aggregates import (
     aggregate_rows,
     improvement_rows,
     normalized_scores,
@@ -65,12 +64,13 @@ from cleanrl_style.plot.aggregates import (
     plot_improvement,
     plot_performance_profile,
 )
-from cleanrl_style.plot.curves import plot_curves
-from cleanrl_style.plot.data import RETURN, RunData, load_runs
-from cleanrl_style.plot.llm import llm_summary_rows, plot_llm
-from cleanrl_style.plot.nap import plot_nap
-from cleanrl_style.plot.reference import with_reference
-from cleanrl_style.plot.stats import MIN_SEEDS_FOR_CI, summary_rows, write_table
+from cleanrl_style.experiments.plot.curves import plot_curves
+from cleanrl_style.experiments.plot.data import RETURN, RunData, load_runs
+from cleanrl_style.experiments.plot.llm import llm_summary_rows, plot_llm
+from cleanrl_style.experiments.plot.nap import plot_nap
+from cleanrl_style.experiments.plot.reference import with_reference
+from cleanrl_style.experiments.plot.stats import MIN_SEEDS_FOR_CI, summary_rows, write_table
+from cleanrl_style.runs.logger import CSV_NAME
 
 # ----- command line ------------------------------------------------------------------------------
 
@@ -161,12 +161,16 @@ class PlotArgs:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = tyro.cli(PlotArgs, args=argv, prog="python -m cleanrl_style.plot", description=__doc__)
+    args = tyro.cli(PlotArgs, args=argv, prog="python -m cleanrl_style.experiments.plot", description=__doc__)
     if not args.paths and not args.reference:
-        raise SystemExit("python -m cleanrl_style.plot: give run folders, or --reference to draw the published curves alone")
+        raise SystemExit(
+            "python -m cleanrl_style.experiments.plot: give run folders, or --reference to draw the published curves alone"
+        )
     runs = load_runs(args.paths, args.group_by) if args.paths else []
     if args.paths and not runs:
-        raise SystemExit(f"python -m cleanrl_style.plot: no runs (folders with {CSV_NAME} and args.json) under {args.paths}")
+        raise SystemExit(
+            f"python -m cleanrl_style.experiments.plot: no runs (folders with {CSV_NAME} and args.json) under {args.paths}"
+        )
     env_keys = {e.split("-v")[0] for e in args.envs} if args.envs else None
     if env_keys:
         runs = [r for r in runs if r.env_key in env_keys]

@@ -89,7 +89,7 @@ class Ensemble(nn.Module):
 
     :meth:`stacked_params` gives each member parameter with a leading ensemble dimension, and
     :meth:`members` ordinary modules whose parameters are views of the stacked ones, for per-member
-    tools such as :class:`~cleanrl_style.nap.NormProjector` and for inspection.
+    tools such as :class:`~cleanrl_style.blocks.nap.NormProjector` and for inspection.
     """
 
     template: nn.Module  # kept out of the module tree (set through __dict__ in __init__)

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from cleanrl_style.cli import UsageError
+from cleanrl_style.runs.cli import UsageError
 
 CHECKPOINT_NAME = "checkpoint.pt"
 PREVIOUS_NAME = "checkpoint.prev.pt"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cleanrl_style.plot.data import REFERENCE_CSV, RETURN, RunData
+from cleanrl_style.experiments.plot.data import REFERENCE_CSV, RETURN, RunData
 
 
 def load_reference(envs: set[str] | None = None, path: Path = REFERENCE_CSV) -> list[RunData]:

@@ -1,6 +1,6 @@
 """Deterministic evaluation of a trained run, with the normalizer statistics it was trained with.
 
-    python -m cleanrl_style.evaluate runs/<run> [--episodes 10] [--seed 12345] [--capture-video]
+    python -m cleanrl_style.runs.evaluate runs/<run> [--episodes 10] [--seed 12345] [--capture-video]
 
 Every continuous-control agent file defines ``Args`` and ``make_agent(args, vec_env)``, which builds
 its model for an env; the model's ``act(obs)`` gives the deterministic action (observation
@@ -9,7 +9,7 @@ it, its arguments and the model's state (``checkpoint["agent"]``), so :func:`loa
 any agent's policy the same way.
 
 ``--capture-video`` also films the first ``--video-episodes`` evaluation episodes into
-``runs/<run>/videos/`` (see :mod:`cleanrl_style.video`).
+``runs/<run>/videos/`` (see :mod:`cleanrl_style.runs.video`).
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ import torch
 import tyro
 
 import envs
-from cleanrl_style.checkpoint import load_checkpoint
-from cleanrl_style.cli import UsageError, action_repeat_of, args_from_dict, require
+from cleanrl_style.runs.checkpoint import load_checkpoint
+from cleanrl_style.runs.cli import UsageError, action_repeat_of, args_from_dict, require
 
 if TYPE_CHECKING:
-    from cleanrl_style.video import Episode
+    from cleanrl_style.runs.video import Episode
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @torch.no_grad()
@@ -126,7 +126,7 @@ def film_run(
     """
     from torch.utils.tensorboard import SummaryWriter
 
-    from cleanrl_style.video import VideoRecorder, add_to_tensorboard
+    from cleanrl_style.runs.video import VideoRecorder, add_to_tensorboard
 
     policy, checkpoint, env_id = load_run_policy(run_dir, device, trust)
     step = int(checkpoint["global_step"])
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     require(args.episodes >= 1, f"--episodes {args.episodes}: must be at least 1")
     if args.capture_video:
         require(args.video_episodes >= 1, f"--video-episodes {args.video_episodes}: must be at least 1")
-        from cleanrl_style.video import check_rendering
+        from cleanrl_style.runs.video import check_rendering
 
         check_rendering()  # a machine that cannot render fails before the evaluation, not after
     returns = evaluate_run(args.run, args.episodes, args.seed, args.device, args.trust_checkpoint)

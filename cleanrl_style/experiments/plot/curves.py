@@ -5,9 +5,9 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from cleanrl_style.plot.data import RETURN, SPARSE_POINTS, RunData, by_label_and_env
-from cleanrl_style.plot.stats import band_note
-from cleanrl_style.plot.style import (
+from cleanrl_style.experiments.plot.data import RETURN, SPARSE_POINTS, RunData, by_label_and_env
+from cleanrl_style.experiments.plot.stats import band_note
+from cleanrl_style.experiments.plot.style import (
     _colors,
     _draw_band,
     _figure_legend,

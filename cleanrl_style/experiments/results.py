@@ -1,14 +1,15 @@
 """Copy the compact part of a recipe's finished runs into the repository, for results that ship.
 
-    python -m cleanrl_style.results benchmarks/recipes/cpu_hopper_100k.toml
-    python -m cleanrl_style.results benchmarks/recipes/cpu_hopper_100k.toml --runs-dir /elsewhere/runs/recipes/cpu_hopper_100k
+    python -m cleanrl_style.experiments.results benchmarks/recipes/cpu_hopper_100k.toml
+    python -m cleanrl_style.experiments.results benchmarks/recipes/cpu_hopper_100k.toml \
+        --runs-dir /elsewhere/runs/recipes/cpu_hopper_100k
 
 For every finished point of the recipe (its run folder has the sweep's ``sweep.json``), writes
 ``results/<recipe>/<run folder>/`` with ``progress.csv`` cut down to the metrics a reader plots
 (``charts/*``: returns, lengths, steps per second, the LLM agents' success and zero-variance
 fractions; ``eval/*``; ``nap/*``: NaP norms and effective learning rates), plus ``args.json``, ``sweep.json`` and
 ``provenance.json`` (commit, versions, CPU, load), and a copy of the recipe. No checkpoints, no
-TensorBoard events. ``python -m cleanrl_style.plot results/<recipe>`` then draws the figures.
+TensorBoard events. ``python -m cleanrl_style.experiments.plot results/<recipe>`` then draws the figures.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from pathlib import Path
 
 import tyro
 
-from cleanrl_style.recipes import RecipeError, load_recipe
-from cleanrl_style.sweep import DONE_NAME, RECIPE_RUNS, recipe_points
+from cleanrl_style.experiments.recipes import RecipeError, load_recipe
+from cleanrl_style.experiments.sweep import DONE_NAME, RECIPE_RUNS, recipe_points
 
 KEPT_PREFIXES = ("charts/", "eval/", "nap/")
 COPIED_FILES = ("args.json", DONE_NAME, "provenance.json")

@@ -1,4 +1,4 @@
-"""Figures and tables from run folders: ``python -m cleanrl_style.plot`` (:mod:`cleanrl_style.plot.cli`
+"""Figures and tables from run folders: ``python -m cleanrl_style.experiments.plot`` (:mod:`cleanrl_style.experiments.plot.cli`
 documents every file it writes).
 
 One module per kind of figure: ``curves`` (learning curves), ``aggregates`` (across envs), ``nap``
@@ -7,7 +7,7 @@ them ``data`` (run folders as data), ``stats`` (rliable's estimates and interval
 table) and ``style`` (what every figure shares). The names below are the package's public ones.
 """
 
-from cleanrl_style.plot.aggregates import (
+from cleanrl_style.experiments.plot.aggregates import (
     aggregate_rows,
     improvement_rows,
     normalized_scores,
@@ -16,9 +16,9 @@ from cleanrl_style.plot.aggregates import (
     plot_improvement,
     plot_performance_profile,
 )
-from cleanrl_style.plot.cli import PlotArgs, main, make_all
-from cleanrl_style.plot.curves import curves_figure, plot_curves
-from cleanrl_style.plot.data import (
+from cleanrl_style.experiments.plot.cli import PlotArgs, main, make_all
+from cleanrl_style.experiments.plot.curves import curves_figure, plot_curves
+from cleanrl_style.experiments.plot.data import (
     LLM_METRICS,
     REFERENCE_CSV,
     RETURN,
@@ -33,10 +33,10 @@ from cleanrl_style.plot.data import (
     load_runs,
     smooth,
 )
-from cleanrl_style.plot.llm import llm_summary_rows, plot_llm
-from cleanrl_style.plot.nap import layers_by_position, plot_nap
-from cleanrl_style.plot.reference import cut_at, load_reference, with_reference
-from cleanrl_style.plot.stats import (
+from cleanrl_style.experiments.plot.llm import llm_summary_rows, plot_llm
+from cleanrl_style.experiments.plot.nap import layers_by_position, plot_nap
+from cleanrl_style.experiments.plot.reference import cut_at, load_reference, with_reference
+from cleanrl_style.experiments.plot.stats import (
     AGGREGATES,
     ESTIMATORS,
     MIN_SEEDS_FOR_CI,
@@ -51,7 +51,7 @@ from cleanrl_style.plot.stats import (
     summary_rows,
     write_table,
 )
-from cleanrl_style.plot.style import _colors, panel_grid, plain_axis
+from cleanrl_style.experiments.plot.style import _colors, panel_grid, plain_axis
 
 __all__ = [
     "AGGREGATES",

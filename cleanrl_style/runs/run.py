@@ -32,8 +32,8 @@ from typing import Any, ClassVar, Literal, cast
 
 import torch
 
-from cleanrl_style import provenance
-from cleanrl_style.checkpoint import (
+from cleanrl_style.runs import provenance
+from cleanrl_style.runs.checkpoint import (
     CHECKPOINT_NAME,
     load_checkpoint,
     remove_stale_temporaries,
@@ -42,7 +42,7 @@ from cleanrl_style.checkpoint import (
     seed_everything,
     set_rng_states,
 )
-from cleanrl_style.cli import (
+from cleanrl_style.runs.cli import (
     UsageError,
     action_repeat_of,
     check_args,
@@ -50,9 +50,9 @@ from cleanrl_style.cli import (
     forget_on_user_error,
     install_error_handler,
 )
-from cleanrl_style.logger import CSV_NAME, RunLogger, read_progress
-from cleanrl_style.progress import Progress
-from cleanrl_style.video import VideoRecorder
+from cleanrl_style.runs.logger import CSV_NAME, RunLogger, read_progress
+from cleanrl_style.runs.progress import Progress
+from cleanrl_style.runs.video import VideoRecorder
 
 LOCK_NAME = ".lock"
 install_error_handler()  # agents may meet a user error before their Run (an env looked up early)
@@ -361,7 +361,7 @@ class Run:
         extra: dict[str, float | str] | None = None,
     ) -> None:
         """Show progress (a bar on a terminal, else a plain line every --progress-every seconds; see
-        :mod:`cleanrl_style.progress`) with the agent's figures, e.g. ``extra={"tokens/s": 14.6}``;
+        :mod:`cleanrl_style.runs.progress`) with the agent's figures, e.g. ``extra={"tokens/s": 14.6}``;
         with --eval-every, evaluate the watched policy when another --eval-every steps have passed;
         with --capture-video, film the policy when --video-every more training episodes have finished."""
         self._progress.update(step, recent_return, sps, extra)
@@ -446,7 +446,7 @@ class Run:
         episodes = self.args.eval_episodes
         if episodes <= 0:
             return
-        from cleanrl_style.evaluate import evaluate_policy  # here: `python -m cleanrl_style.evaluate` imports run
+        from cleanrl_style.runs.evaluate import evaluate_policy  # here: `python -m cleanrl_style.runs.evaluate` imports run
 
         started, training = time.time(), policy.training
         policy.eval()  # frozen normalizer statistics; training resumes in the mode it was in
@@ -474,8 +474,8 @@ class Run:
         if self.checkpointed and not getattr(self, "_told_where", False):
             self._told_where = True
             print(f"run folder: {self.dir}", flush=True)
-            if isinstance(self.args, RunArgs):  # agents with make_agent(); cleanrl_style.evaluate rebuilds them
-                print(f"evaluate it: python -m cleanrl_style.evaluate {shlex.quote(str(self.dir))}", flush=True)
+            if isinstance(self.args, RunArgs):  # agents with make_agent(); cleanrl_style.runs.evaluate rebuilds them
+                print(f"evaluate it: python -m cleanrl_style.runs.evaluate {shlex.quote(str(self.dir))}", flush=True)
 
     def _close(self) -> None:
         # Also called on a Run that a user error cut short while it was being made (discard).

@@ -2,7 +2,7 @@
 
 ``--capture-video`` (every control agent) films the deterministic policy (``policy.act``, as the
 evaluation uses it) in one extra rendering environment: at the start of training, after every
-``--video-every`` training episodes, and at the end. ``python -m cleanrl_style.evaluate runs/<run>
+``--video-every`` training episodes, and at the end. ``python -m cleanrl_style.runs.evaluate runs/<run>
 --capture-video`` films evaluation episodes; episode ``i`` is seeded like the evaluation's
 sub-environment ``i``, so its video is the episode whose return the evaluation reports.
 

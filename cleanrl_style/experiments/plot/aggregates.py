@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cleanrl_style.plot.data import RETURN, RunData, final_value
-from cleanrl_style.plot.stats import (
+from cleanrl_style.experiments.plot.data import RETURN, RunData, final_value
+from cleanrl_style.experiments.plot.stats import (
     AGGREGATES,
     MIN_SEEDS_FOR_CI,
     aggregate_metrics,
@@ -18,7 +18,7 @@ from cleanrl_style.plot.stats import (
     probability_of_improvement,
     score_distribution,
 )
-from cleanrl_style.plot.style import _colors, _figure_legend, _legend_handles, _pyplot, save_figure
+from cleanrl_style.experiments.plot.style import _colors, _figure_legend, _legend_handles, _pyplot, save_figure
 
 
 def normalized_scores(

@@ -66,7 +66,7 @@ class SimbaBlock(nn.Module):
 class SimbaEncoder(nn.Module):
     """SimBa encoder: ``Linear(in, d)`` (orthogonal, gain 1), ``num_blocks`` residual blocks, LayerNorm.
 
-    Observation normalization (:class:`~cleanrl_style.normalization.RunningNorm`) is applied by the
+    Observation normalization (:class:`~cleanrl_style.blocks.normalization.RunningNorm`) is applied by the
     caller before the encoder, so the statistics can be shared and updated once per env step.
     Input ``(batch, in_dim)`` -> ``(batch, hidden_dim)``.
     """

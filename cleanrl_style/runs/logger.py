@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cleanrl_style.cli import UsageError
+from cleanrl_style.runs.cli import UsageError
 
 CSV_NAME = "progress.csv"
 CSV_FIELDS = ("step", "time", "metric", "value")
@@ -122,7 +122,7 @@ class RunLogger:
 
     def log_video(self, tag: str, frames: list, fps: float, step: int, mp4_path: str | os.PathLike | None = None) -> None:
         """A clip (frames ``(height, width, 3)`` uint8) in TensorBoard, and with ``track`` its MP4 in W&B."""
-        from cleanrl_style.video import add_to_tensorboard
+        from cleanrl_style.runs.video import add_to_tensorboard
 
         add_to_tensorboard(self.writer, tag, frames, fps, step)
         if self.wandb is not None and mp4_path is not None:

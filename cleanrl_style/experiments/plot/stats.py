@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cleanrl_style.plot.data import RETURN, RunData, by_label_and_env, final_value
+from cleanrl_style.experiments.plot.data import RETURN, RunData, by_label_and_env, final_value
 
 # ----- statistics (rliable) -----------------------------------------------------------------------
 # Every aggregate and interval comes from rliable (Agarwal et al., 2021, "Deep Reinforcement Learning

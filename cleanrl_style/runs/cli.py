@@ -7,7 +7,7 @@ agent's process such an error, wherever it is raised, prints that one line inste
 traceback, takes back what a run of this process wrote before its first checkpoint (the folders
 it created, or the files it added to a folder that was there; only while it holds the folder's
 lock, so the loser of a start race never touches the winner's folder), and exits with status 2
-(argparse's status for a usage error). Importing ``cleanrl_style.run`` installs it too, since an
+(argparse's status for a usage error). Importing ``cleanrl_style.runs.run`` installs it too, since an
 agent may look its env up before it makes its ``Run``.
 
 :func:`check_args` holds the checks of the flags that several agents share, by field name, so that

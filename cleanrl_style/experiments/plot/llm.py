@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from cleanrl_style.plot.data import LLM_METRICS, RunData, by_label_and_env, file_part
-from cleanrl_style.plot.stats import band_note
-from cleanrl_style.plot.style import _colors, _draw_band, _pyplot, save_figure
+from cleanrl_style.experiments.plot.data import LLM_METRICS, RunData, by_label_and_env, file_part
+from cleanrl_style.experiments.plot.stats import band_note
+from cleanrl_style.experiments.plot.style import _colors, _draw_band, _pyplot, save_figure
 
 
 def llm_summary_rows(runs: list[RunData]) -> list[dict]:

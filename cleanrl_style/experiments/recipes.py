@@ -21,10 +21,10 @@ A recipe is a TOML file, usually in ``benchmarks/recipes/``::
     flags = ["--no-nap", "--no-layer-norm"]
     envs = ["Hopper", "Walker2d"]        # replaces the default envs (likewise seeds)
 
-``python -m cleanrl_style.sweep --recipe FILE`` runs every (arm, env, seed) point into
+``python -m cleanrl_style.experiments.sweep --recipe FILE`` runs every (arm, env, seed) point into
 ``runs/recipes/<recipe>/<env>__<arm>__s<seed>/``, skipping finished points and resuming interrupted
-ones; ``python -m cleanrl_style.results FILE`` copies the compact part of the finished runs to
-``results/<recipe>/``; ``python -m cleanrl_style.plot results/<recipe>`` draws them.
+ones; ``python -m cleanrl_style.experiments.results FILE`` copies the compact part of the finished runs to
+``results/<recipe>/``; ``python -m cleanrl_style.experiments.plot results/<recipe>`` draws them.
 """
 
 from __future__ import annotations

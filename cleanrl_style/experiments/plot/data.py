@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cleanrl_style.logger import CSV_NAME, read_progress
+from cleanrl_style.runs.logger import CSV_NAME, read_progress
 
 RETURN = "charts/episodic_return"
 LLM_METRICS = ("charts/success_rate", "charts/test_success_rate", "charts/zero_variance_fraction")

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from cleanrl_style.plot.data import RunData, curves_on_grid
-from cleanrl_style.plot.stats import ESTIMATORS, MIN_SEEDS_FOR_CI, interval_estimate
+from cleanrl_style.experiments.plot.data import RunData, curves_on_grid
+from cleanrl_style.experiments.plot.stats import ESTIMATORS, MIN_SEEDS_FOR_CI, interval_estimate
 
 # ----- figures -----------------------------------------------------------------------------------
 # Panels keep a fixed size and the figure grows around them: the legend and titles take their own

@@ -1,11 +1,11 @@
 """Run a grid of agent x env x flag values x seed, resumably, locally or on a Ray cluster.
 
-    python -m cleanrl_style.sweep --agents ppo_nap --envs Hopper Walker2d --seeds 1 2 3 \\
+    python -m cleanrl_style.experiments.sweep --agents ppo_nap --envs Hopper Walker2d --seeds 1 2 3 \\
         --grid nap=true,false --flags "--total-timesteps 200000" --sweep-dir runs/sweeps/nap
-    python -m cleanrl_style.sweep ... --launcher ray --ray-address auto      # on an existing Ray cluster
-    python -m cleanrl_style.sweep --recipe benchmarks/recipes/cpu_hopper.toml # a benchmark recipe
+    python -m cleanrl_style.experiments.sweep ... --launcher ray --ray-address auto      # on an existing Ray cluster
+    python -m cleanrl_style.experiments.sweep --recipe benchmarks/recipes/cpu_hopper.toml # a benchmark recipe
 
-A recipe (``cleanrl_style/recipes.py``) names arms (an agent and its flags, under a label) instead
+A recipe (``cleanrl_style/experiments/recipes.py``) names arms (an agent and its flags, under a label) instead
 of a grid; its points live in ``runs/recipes/<recipe>/<env>__<arm>__s<seed>``.
 
 Every grid point has a deterministic run folder, ``<sweep-dir>/<env>__<agent>[__<values>]__s<seed>``,
@@ -51,10 +51,10 @@ from typing import Annotated, Literal, NoReturn
 
 import tyro
 
-from cleanrl_style.checkpoint import CHECKPOINT_NAME
-from cleanrl_style.recipes import Recipe, RecipeError, load_recipe
+from cleanrl_style.experiments.recipes import Recipe, RecipeError, load_recipe
+from cleanrl_style.runs.checkpoint import CHECKPOINT_NAME
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 RECIPE_RUNS = Path("runs/recipes")  # a recipe's runs: runs/recipes/<recipe name>/<env>__<arm>__s<seed>
 DONE_NAME = "sweep.json"  # written by the sweep when a run exits 0: the point is finished
 LOG_NAME = "sweep.log"  # the run's stdout and stderr, appended across restarts
@@ -393,12 +393,12 @@ def parse_args(argv: list[str] | None = None) -> SweepArgs:
         if argv[i] == "--flags":
             argv[i : i + 2] = [f"--flags={argv[i + 1]}"]
         i += 1
-    return tyro.cli(SweepArgs, args=argv, prog="python -m cleanrl_style.sweep", description=__doc__)
+    return tyro.cli(SweepArgs, args=argv, prog="python -m cleanrl_style.experiments.sweep", description=__doc__)
 
 
 def usage_error(message: str) -> NoReturn:
     """Stop with a command-line error (exit status 2, as for a flag tyro refuses)."""
-    print(f"python -m cleanrl_style.sweep: error: {message}", file=sys.stderr)
+    print(f"python -m cleanrl_style.experiments.sweep: error: {message}", file=sys.stderr)
     raise SystemExit(2)
 
 
