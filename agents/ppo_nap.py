@@ -157,6 +157,52 @@ class Agent(nn.Module):
         return self.actor_mean(self.obs_norm(obs)).float()
 
 
+def gae(rewards, values, dones, next_value, next_done, gamma: float, gae_lambda: float):
+    """Generalized advantage estimates and value targets of a rollout of shape [steps, envs]
+    (Schulman et al., 2016, arXiv:1506.02438). ``dones[t]`` marks an episode that ended just before
+    step ``t``; ``next_value`` and ``next_done`` belong to the observation after the last step."""
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = 0
+    num_steps = rewards.shape[0]
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            nextnonterminal, nextvalues = 1.0 - next_done, next_value
+        else:
+            nextnonterminal, nextvalues = 1.0 - dones[t + 1], values[t + 1]
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+    return advantages, advantages + values
+
+
+def ppo_objective(newlogprob, old_logprobs, entropy, newvalue, advantages, returns, old_values, args: Args):
+    """PPO-clip's loss of one minibatch from the policy's new log-probabilities, entropy and values,
+    and its diagnostics (old and new approximate KL, clip fraction)."""
+    logratio = newlogprob - old_logprobs
+    ratio = logratio.exp()
+    with torch.no_grad():
+        old_approx_kl = (-logratio).mean()
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+
+    if args.norm_adv:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+    if args.clip_vloss:
+        v_loss_unclipped = (newvalue - returns) ** 2
+        v_clipped = old_values + torch.clamp(newvalue - old_values, -args.clip_coef, args.clip_coef)
+        v_loss_clipped = (v_clipped - returns) ** 2
+        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+    else:
+        v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
+
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+    return loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac
+
+
 def make_agent(args: Args, vec_env: envs.TorchVectorEnv) -> Agent:
     """The model for ``vec_env``'s spaces, on the env's device (also rebuilds it for evaluation)."""
     obs_dim, act_dim = vec_env.single_observation_space.shape[0], vec_env.single_action_space.shape[0]
@@ -192,32 +238,8 @@ if __name__ == "__main__":
         start_iteration = run.checkpoint["iteration"] + 1
 
     def ppo_loss(obs, actions, old_logprobs, advantages, returns, old_values):
-        """PPO-clip loss of one minibatch, and its diagnostics (old/new approximate KL, clip fraction)."""
         _, newlogprob, entropy, newvalue = agent.get_action_and_value(obs, actions)
-        logratio = newlogprob - old_logprobs
-        ratio = logratio.exp()
-        with torch.no_grad():
-            old_approx_kl = (-logratio).mean()
-            approx_kl = ((ratio - 1) - logratio).mean()
-            clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
-
-        if args.norm_adv:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        pg_loss1 = -advantages * ratio
-        pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-        if args.clip_vloss:
-            v_loss_unclipped = (newvalue - returns) ** 2
-            v_clipped = old_values + torch.clamp(newvalue - old_values, -args.clip_coef, args.clip_coef)
-            v_loss_clipped = (v_clipped - returns) ** 2
-            v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-        else:
-            v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
-
-        entropy_loss = entropy.mean()
-        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-        return loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac
+        return ppo_objective(newlogprob, old_logprobs, entropy, newvalue, advantages, returns, old_values, args)
 
     # A minibatch update of these small networks is bound by per-op overhead, not arithmetic: compiled,
     # the loss's forward and backward become a few fused kernels (same gradients to float rounding).
@@ -269,17 +291,9 @@ if __name__ == "__main__":
 
         # ---- GAE ---------------------------------------------------------------------------------
         with torch.no_grad():
-            next_value = agent.get_value(next_obs)
-            advantages = torch.zeros_like(rewards)
-            lastgaelam = 0
-            for t in reversed(range(args.num_steps)):
-                if t == args.num_steps - 1:
-                    nextnonterminal, nextvalues = 1.0 - next_done, next_value
-                else:
-                    nextnonterminal, nextvalues = 1.0 - dones[t + 1], values[t + 1]
-                delta = rewards[t] + args.gamma * nextvalues * nextnonterminal - values[t]
-                advantages[t] = lastgaelam = delta + args.gamma * args.gae_lambda * nextnonterminal * lastgaelam
-            returns = advantages + values
+            advantages, returns = gae(
+                rewards, values, dones, agent.get_value(next_obs), next_done, args.gamma, args.gae_lambda
+            )
 
         b_obs = obs.reshape((-1, obs_dim))
         b_logprobs = logprobs.reshape(-1)
