@@ -41,7 +41,9 @@ n_l = G - n_h low rollouts has an expected sample variance of its rewards of at 
 ``n_h n_l / (G (G-1)) (mu_high - mu_low)^2``, never zero when mu_high != mu_low, and fewer groups
 have zero advantage (``charts/zero_variance_fraction``, against ``agents/grpo.py``).
 
-Evaluation (``charts/test_success_rate``) conditions on ``<|high_reward|>``. Choices the paper
+Evaluation (``charts/test_success_rate``) conditions on ``<|high_reward|>``; at the end of RCTP the
+same held-out tasks run once more on ``<|low_reward|>`` (``rctp/low_token_success_rate``), which says
+whether the tokens steer the model before any RL. Choices the paper
 leaves open (flags): the token follows the first user message after a space; data from the
 expert and from the noisy policy with a mistake in every episode, then balanced by actual reward;
 one ``--learning-rate`` for both stages, default 1e-5 (RCTP's in the paper; stage 2 may want less,
@@ -308,6 +310,22 @@ def run_rctp(args: Args, run: Run) -> None:
         run.progress(step)
         if run.checkpoint_due(step) or step == total:
             save_policy_checkpoint(run, step, policy, setup.optimizer)
+    if args.eval_episodes > 0:
+        # Whether the tokens steer, before any RL: the same held-out tasks conditioned on the low token
+        # (finish() evaluates the high one); RC-GRPO's groups need the two to differ.
+        progress.prefix = "final, low token"
+        low = evaluate_held_out(
+            policy,
+            tokenizer,
+            family,
+            args.eval_episodes,
+            eval_settings,
+            first_user_suffix=args.token_separator + LOW_REWARD,
+            progress=progress,
+        )
+        low_success = low["charts/test_success_rate"]
+        run.log(total, {"rctp/low_token_success_rate": low_success})
+        print(f"held-out success over {args.eval_episodes} tasks (conditioned on {LOW_REWARD}): {low_success:.3f}")
     finish(
         run,
         policy,

@@ -150,6 +150,8 @@ def test_rctp_then_rc_grpo_from_its_model(tiny_model_dir, tmp_path):
         run_dir=rctp,
     )
     assert progress_steps(rctp, "losses/sft_loss") == [1, 2]
+    # the held-out tasks evaluated under both tokens at the end: charts/test_success_rate with the high one
+    assert progress_steps(rctp, "rctp/low_token_success_rate") == progress_steps(rctp, "charts/test_success_rate") == [2]
     assert '"<|high_reward|>"' in (rctp / "model" / "tokenizer.json").read_text()
     rl = tmp_path / "rl"
     run_agent(
