@@ -194,11 +194,10 @@ def rctp_dataset(
     """
     good = [e for e in episodes if e[1] >= 1.0]
     bad = [e for e in episodes if e[1] < 1.0]
-    half = min(len(good), len(bad))
-    if half == 0:
+    if not good or not bad:
         raise SystemExit(f"RCTP needs successful and failed trajectories; got {len(good)} and {len(bad)}")
     sequences, masks = [], []
-    for messages, reward in [x for pair in zip(good[:half], bad[:half]) for x in pair]:
+    for messages, reward in [x for pair in zip(good, bad) for x in pair]:  # zip stops at the shorter: 1:1
         ids, mask = tokenize_conversation(tokenizer, with_first_user_suffix(messages, separator + reward_token(reward >= 1.0)))
         if len(ids) <= max_tokens:
             sequences.append(ids)

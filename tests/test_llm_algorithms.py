@@ -16,10 +16,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-import grpo  # noqa: E402
-import rc_grpo  # noqa: E402
-import turnsight  # noqa: E402
-from llm_tiny_model import build_tiny_model, build_tokenizer  # noqa: E402
+from agent_runs import load_agent  # noqa: E402
+from llm_tiny_model import bf16_attention_error, build_tiny_model, build_tokenizer  # noqa: E402
 
 from cleanrl_style.llm.generation import Sampling  # noqa: E402
 from cleanrl_style.llm.model import add_special_tokens  # noqa: E402
@@ -30,6 +28,8 @@ from envs.text import ToolCall, format_calls  # noqa: E402
 from envs.text.families import make_task_family  # noqa: E402
 from envs.text.tasks import Task, Turn  # noqa: E402
 
+# loaded as the modules agents.<name>, the names mutmut gives their mutants (CONTRIBUTING, "Mutation testing")
+grpo, rc_grpo, turnsight = (load_agent(name) for name in ("grpo", "rc_grpo", "turnsight"))
 HIGH, LOW = rc_grpo.HIGH_REWARD, rc_grpo.LOW_REWARD
 REPO = Path(__file__).resolve().parents[1]
 LLM_AGENTS = ("grpo", "rc_grpo", "turnsight")
@@ -88,6 +88,11 @@ def test_group_advantages_on_hand_made_rewards(agent):
     torch.testing.assert_close(adv[0], torch.tensor([s, -s, -s, s]))
     assert (agent.group_advantages(rewards, 1e-6)[1] == 0).all()  # equal rewards: no signal
     torch.testing.assert_close(adv[2], torch.tensor([-0.5, -0.5, -0.5, 1.5]))  # mean 0.25, sample std 0.5
+    s2 = 0.5 / math.sqrt(0.5)  # a group of 2: [1, 0] has sample std sqrt(1/2)
+    torch.testing.assert_close(agent.group_advantages(torch.tensor([[1.0, 0.0]]), 0.0), torch.tensor([[s2, -s2]]))
+    assert agent.group_advantages(torch.tensor([[3.0], [-1.0]]), 0.0).eq(0).all()  # a group of 1: centered, no std
+    eps_adv = agent.group_advantages(rewards[:1], eps=0.5)  # eps is added to the std, damping
+    torch.testing.assert_close(eps_adv[0], torch.tensor([0.5, -0.5, -0.5, 0.5]) / (math.sqrt(1 / 3) + 0.5))
 
 
 def test_zero_variance_fraction_counts_groups_with_equal_rewards():
@@ -102,14 +107,46 @@ def test_clipped_loss_clips_the_ratio_and_kl_vanishes_at_the_reference(agent):
     logp = torch.log(torch.tensor([[0.5, 0.5, 0.5]]))
     old = torch.log(torch.tensor([[0.25, 0.5, 1.0]]))  # ratios 2, 1, 0.5
     loss_fn = agent.clipped_token_loss(clip_coef=0.2, kl_coef=0.1)
-    loss, stats = loss_fn(logp, {"advantages": torch.tensor([[1.0, 1.0, -1.0]]), "old_logp": old, "ref_logp": logp})
-    torch.testing.assert_close(loss, torch.tensor([[-1.2, -1.0, 0.8]]))  # min(r A, clip(r) A), negated
+    loss, stats = loss_fn(logp, {"advantages": torch.tensor([[2.0, 2.0, -2.0]]), "old_logp": old, "ref_logp": logp})
+    torch.testing.assert_close(loss, torch.tensor([[-2.4, -2.0, 1.6]]))  # min(r A, clip(r) A), negated
     torch.testing.assert_close(stats["clipfrac"], torch.tensor([[1.0, 0.0, 1.0]]))
+    r = torch.tensor([2.0, 1.0, 0.5])
+    torch.testing.assert_close(stats["approx_kl"], ((r - 1) - r.log()).unsqueeze(0))  # k3 estimate of KL(old || new)
     assert (stats["kl"] == 0).all()
     loss, stats = loss_fn(logp, {"advantages": torch.zeros(1, 3), "ref_logp": logp - 0.5})
     d = torch.tensor(-0.5)
     torch.testing.assert_close(stats["kl"], (d.exp() - d - 1).expand(1, 3))  # exp(d) - d - 1 with d = log pi_ref - log pi
     torch.testing.assert_close(loss, 0.1 * stats["kl"])  # zero advantage: only the KL term
+
+
+@pytest.mark.parametrize("agent", [grpo, rc_grpo])
+def test_a_ratio_exactly_at_the_clip_edge_is_not_counted_as_clipped(agent):
+    logp, old = torch.tensor([[0.3, 0.9]]).log(), torch.tensor([[0.25, 0.25]]).log()
+    edge = ((logp - old).exp() - 1).abs()[0, 0].item()  # the float32 |ratio - 1| the loss computes
+    _, stats = agent.clipped_token_loss(clip_coef=edge, kl_coef=0.0)(logp, {"advantages": torch.ones(1, 2), "old_logp": old})
+    assert stats["clipfrac"].tolist() == [[0.0, 1.0]]
+
+
+def test_turnsight_takes_one_step_per_batch_its_gradient_is_the_advantage_plus_the_kl_pull():
+    logp = torch.log(torch.tensor([[0.2, 0.7, 0.5]])).requires_grad_()
+    advantages = torch.tensor([[2.0, -1.0, 0.5]])
+    ref = logp.detach() - 0.5
+    loss, stats = turnsight.clipped_token_loss(0.2, 0.1)(logp, {"advantages": advantages, "ref_logp": ref})
+    d = torch.tensor(-0.5)
+    kl = d.exp() - d - 1
+    torch.testing.assert_close(loss, -advantages + 0.1 * kl)  # the ratio is 1: the clip never binds
+    torch.testing.assert_close(stats["kl"], kl.expand(1, 3))
+    assert stats["clipfrac"].eq(0).all() and stats["approx_kl"].eq(0).all()
+    loss.sum().backward()
+    torch.testing.assert_close(logp.grad, -advantages + 0.1 * (1 - d.exp()))  # d/dlogp of exp(d) - d - 1 is 1 - exp(d)
+
+
+def test_rctp_loss_is_the_negative_log_likelihood_and_counts_tokens_above_one_half():
+    logp = torch.tensor([[0.6, 0.45, 0.9, 0.2, 0.5]]).log()
+    loss, stats = rc_grpo.cross_entropy_loss(logp, {})
+    torch.testing.assert_close(loss, -logp)
+    # above 1/2 the target is the argmax; at exactly 1/2 it may tie, so it is not counted
+    assert stats["token_accuracy_lower_bound"].tolist() == [[1.0, 0.0, 1.0, 0.0, 0.0]]
 
 
 def test_one_step_per_batch_gives_the_plain_policy_gradient():
@@ -195,6 +232,19 @@ def test_rctp_data_is_one_to_one_and_each_token_sits_in_the_first_user_message(t
     assert sum(labels) == len(labels) - sum(labels)  # 1:1 high and low
 
 
+def test_rctp_data_refuses_episodes_of_one_outcome_and_keeps_conversations_up_to_the_token_limit(tasks):
+    tokenizer = build_tokenizer()
+    add_special_tokens(build_tiny_model(tokenizer), tokenizer, [HIGH, LOW])
+    episodes = rc_grpo.scripted_episodes(tasks, 12, seed=0)
+    good = [e for e in episodes if e[1] >= 1.0]
+    with pytest.raises(SystemExit, match=f"successful and failed trajectories; got {len(good)} and 0"):
+        rc_grpo.rctp_dataset(good, tokenizer, " ", 4096)
+    sequences, _ = rc_grpo.rctp_dataset(episodes, tokenizer, " ", 4096)
+    shortest = min(len(s) for s in sequences)
+    kept, _ = rc_grpo.rctp_dataset(episodes, tokenizer, " ", shortest)  # a limit is inclusive
+    assert [len(s) for s in kept] == [n for n in map(len, sequences) if n <= shortest] and kept
+
+
 def groups_of(tokens: list[str], size: int) -> list[list[str]]:
     return [tokens[g : g + size] for g in range(0, len(tokens), size)]
 
@@ -220,11 +270,25 @@ def test_every_group_holds_both_reward_tokens_at_share_one_half(group_size):
         (0.0, 5, {0}),
         (1.0, 5, {5}),
         (0.5, 1, {0, 1}),  # a group of one cannot hold both
+        (0.1, 2, {1}),  # 0.2 rounds to 0 or 1; a group of two holds both
+        (0.9, 2, {1}),
     ],
 )
 def test_reward_token_counts_per_group_for_other_shares(p, group_size, counts):
     tokens = rc_grpo.draw_reward_tokens(400, group_size, p, random.Random(1))
     assert {group.count(HIGH) for group in groups_of(tokens, group_size)} == counts
+
+
+def test_the_count_rounds_up_with_probability_equal_to_the_fraction():
+    class Draw:  # an rng whose uniform draw in [0, 1) is fixed
+        def __init__(self, u):
+            self.u = u
+
+        def random(self):
+            return self.u
+
+    # 0.3 x 5 = 1.5: up (to 2) when the draw is below 0.5, which happens with probability 0.5 exactly
+    assert [rc_grpo.high_token_count(5, 0.3, Draw(u)) for u in (0.0, 0.49, 0.5, 0.99)] == [2, 2, 1, 1]
 
 
 def test_reward_tokens_are_shuffled_within_each_group_and_a_bad_share_is_refused():
@@ -277,6 +341,10 @@ def test_sibling_normalization_has_zero_mean_unit_std():
     z = turnsight.normalize_over_siblings(torch.tensor([0.1, 0.4, -0.2, 0.7, 0.0]), eps=0.0)
     assert z.mean().abs() < 1e-6 and (z.std(unbiased=False) - 1).abs() < 1e-5
     assert (turnsight.normalize_over_siblings(torch.tensor([0.3]), 1e-6) == 0).all()
+    # two turns: mean 2, population std 1; eps is added to the std
+    pair = torch.tensor([1.0, 3.0])
+    torch.testing.assert_close(turnsight.normalize_over_siblings(pair, 0.0), torch.tensor([-1.0, 1.0]))
+    torch.testing.assert_close(turnsight.normalize_over_siblings(pair, 0.5), torch.tensor([-1.0, 1.0]) / 1.5)
 
 
 @pytest.mark.parametrize("eps_w,lam", [(0.5, 0.5), (0.9, 1.0), (0.2, 0.3)])
@@ -416,23 +484,29 @@ def test_turn_scores_equal_a_hand_computation(tokenizer, multi_turn_rollouts, te
     assert checked >= 2 * len(rollouts)
 
 
-def test_turnsight_advantages_follow_the_formula_turn_by_turn(tokenizer, multi_turn_rollouts):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_turnsight_advantages_follow_the_formula_turn_by_turn(tokenizer, multi_turn_rollouts, precision):
     """A'_k = A ((1 - lam) + lam (1 + eps_w tanh(sign(A) z_k))), z over the group's chosen turn scores,
-    computed by hand from the turn scores; a negative advantage takes the least blame on the turn the
-    hindsight endorses most."""
+    computed by hand from the turn scores (the student scored at the sampling temperature and the run's
+    precision, the teacher the frozen initial model); a negative advantage takes the least blame on the
+    turn the hindsight endorses most."""
+    if precision == "bf16" and bf16_attention_error():
+        pytest.skip(f"torch's bf16 attention fails on this CPU: {bf16_attention_error()}")
     policy, rollouts = multi_turn_rollouts
-    args = turnsight.Args(micro_batch_size=8, lam=0.8, eps_w=0.9)
+    initial = build_tiny_model(tokenizer, seed=1)
+    args = turnsight.Args(micro_batch_size=8, lam=0.8, eps_w=0.9, temperature=0.7, precision=precision, teacher="initial")
     advantages = torch.tensor([1.0, -0.5, -0.5, -1.2, 0.6, 0.6])
-    token_adv, stats = turnsight.turnsight_advantages(policy, None, tokenizer, rollouts, advantages, 2, args)
+    token_adv, stats = turnsight.turnsight_advantages(policy, initial, tokenizer, rollouts, advantages, 2, args)
     sequences, masks = [r.tokens for r in rollouts], [r.policy_mask for r in rollouts]
-    student = batched_logprobs(policy, sequences, masks, tokenizer.pad_token_id, 8)
-    scores = turnsight.turn_scores(policy, None, tokenizer, rollouts, student, args)
+    student = batched_logprobs(policy, sequences, masks, tokenizer.pad_token_id, 8, temperature=0.7, precision=precision)
+    scores = turnsight.turn_scores(policy, initial, tokenizer, rollouts, student, args)
+    horizons, weights, agree = [], [], []
     for group in (range(0, 3), range(3, 6)):
-        chosen = [turnsight.select_horizon(scores[i])[0] for i in group]
-        flat = torch.cat(chosen)
+        chosen = [turnsight.select_horizon(scores[i]) for i in group]
+        flat = torch.cat([c[0] for c in chosen])
         z_all = (flat - flat.mean()) / (flat.std(unbiased=False) + args.norm_eps)
         offset = 0
-        for i, s in zip(group, chosen):
+        for i, (s, index, agrees) in zip(group, chosen):
             z = z_all[offset : offset + len(s)]
             offset += len(s)
             a = float(advantages[i])
@@ -441,4 +515,28 @@ def test_turnsight_advantages_follow_the_formula_turn_by_turn(tokenizer, multi_t
             torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
             if a < 0 and z.max() - z.min() > 0.1:  # the endorsed turn (largest z) gets the smallest |A'|
                 assert got.abs().argmin() == z.argmax()
+            horizons += [args.horizons[h] for h in index.tolist() if h >= 0]  # turns without a majority have none
+            weights.append(1 + args.eps_w * torch.tanh(math.copysign(1.0, a) * z))
+            agree.append(agrees.float())
     assert stats["turnsight/modulated_turns"] == sum(len(r.turns) for r in rollouts)
+    assert stats["turnsight/horizon_mean"] == pytest.approx(sum(horizons) / len(horizons))
+    w = torch.cat(weights)
+    assert stats["turnsight/weight_mean"] == pytest.approx(float(w.mean()), rel=1e-5)
+    assert stats["turnsight/weight_std"] == pytest.approx(float(w.std(unbiased=False)), rel=1e-4)  # population std
+    assert (stats["turnsight/weight_min"], stats["turnsight/weight_max"]) == pytest.approx(
+        (float(w.min()), float(w.max())), rel=1e-5
+    )
+    assert stats["turnsight/agreement_fraction"] == pytest.approx(float(torch.cat(agree).mean()))
+
+
+def test_turnsight_leaves_groups_without_signal_alone_and_modulates_the_others(tokenizer, multi_turn_rollouts):
+    policy, rollouts = multi_turn_rollouts
+    args = turnsight.Args(micro_batch_size=8, lam=0.8, eps_w=0.9)
+    token_adv, stats = turnsight.turnsight_advantages(policy, None, tokenizer, rollouts, torch.zeros(6), 2, args)
+    assert stats == {} and all(a.eq(0).all() for a in token_adv)  # no advantage anywhere: nothing to score
+    advantages = torch.tensor([0.0, 0.0, 0.0, -1.2, 0.6, 0.6])  # the first group has no signal, the second has
+    token_adv, stats = turnsight.turnsight_advantages(policy, None, tokenizer, rollouts, advantages, 2, args)
+    assert all(token_adv[i].eq(0).all() for i in range(3))
+    assert stats["turnsight/modulated_turns"] == sum(len(rollouts[i].turns) for i in range(3, 6))
+    modulated = [(float(token_adv[i][turn.start]), float(advantages[i])) for i in range(3, 6) for turn in rollouts[i].turns]
+    assert any(got != flat for got, flat in modulated)  # the second group's turns were modulated

@@ -345,6 +345,73 @@ def test_gradient_step_raises_the_likelihood_of_positive_advantage_tokens(tokeni
     assert all(v.dtype == torch.float32 for s in optimizer.state.values() for k, v in s.items() if k != "step")
 
 
+# three sequences of different lengths; trained tokens (the first never is): 3, 1 and 2
+AGG_SEQUENCES = [[5, 6, 7, 8, 9], [5, 6, 7], [5, 6, 7, 8]]
+AGG_MASKS = [[False, False, True, True, True], [False, False, True], [False, True, True, False]]
+AGG_VALUES = [torch.tensor([0.0, 0.0, 1.0, 2.0, 6.0]), torch.tensor([0.0, 0.0, 4.0]), torch.tensor([0.0, 3.0, 5.0, 9.0])]
+
+
+def constant_loss(logp, extras):
+    """The per-token values themselves (plus 0 x logp, for a graph): the loss's aggregation by hand."""
+    return extras["v"] + 0 * logp, {"v": extras["v"]}
+
+
+@pytest.mark.parametrize(
+    "aggregation,expected",
+    [
+        ("sequence", ((1 + 2 + 6) / 3 + 4 / 1 + (3 + 5) / 2) / 3),  # each sequence's mean, then their mean
+        ("token", (1 + 2 + 6 + 4 + 3 + 5) / 6),  # the mean over every trained token
+    ],
+)
+@pytest.mark.parametrize("micro_batch_size", [1, 2, 3])
+def test_gradient_step_aggregates_the_loss_as_documented(tiny, tokenizer, aggregation, expected, micro_batch_size, capfd):
+    optimizer = torch.optim.SGD(tiny.parameters(), lr=0.0)
+    stats = gradient_step(
+        tiny,
+        optimizer,
+        AGG_SEQUENCES,
+        AGG_MASKS,
+        tokenizer.pad_token_id,
+        constant_loss,
+        per_token={"v": AGG_VALUES},
+        micro_batch_size=micro_batch_size,
+        aggregation=aggregation,
+    )
+    assert stats["loss"] == pytest.approx(expected, rel=1e-6)
+    assert stats["v"] == pytest.approx((1 + 2 + 6 + 4 + 3 + 5) / 6, rel=1e-6)  # statistics: over trained tokens
+    assert capfd.readouterr() == ("", "")  # no progress given: none shown
+    with pytest.raises(ValueError, match="aggregation must be one of"):
+        gradient_step(tiny, optimizer, AGG_SEQUENCES, AGG_MASKS, tokenizer.pad_token_id, constant_loss, aggregation="batch")
+
+
+def test_gradient_step_defaults_score_at_temperature_one_and_clip_the_gradient_norm_to_one(tokenizer):
+    model = build_tiny_model(tokenizer, seed=5)
+    before = [p.detach().clone() for p in model.parameters()]
+    expected = batched_logprobs(model, AGG_SEQUENCES, AGG_MASKS, tokenizer.pad_token_id, 3)  # temperature 1
+    stats = gradient_step(
+        model, torch.optim.SGD(model.parameters(), lr=1.0), AGG_SEQUENCES, AGG_MASKS, tokenizer.pad_token_id, nll_loss_x100
+    )
+    trained = [(-lp[torch.tensor(m)]).mean() for lp, m in zip(expected, AGG_MASKS)]
+    assert stats["loss"] == pytest.approx(100 * float(sum(trained)) / 3, rel=1e-5)
+    step = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before)]).norm()
+    assert stats["grad_norm"] > 1.0 and step.item() == pytest.approx(1.0, rel=1e-4)  # SGD at lr 1 moves by the clipped norm
+    assert all(p.grad is None for p in model.parameters())  # the gradients' memory is freed after the step
+
+
+def test_gradient_step_scores_at_the_temperature_it_is_given(tiny, tokenizer):
+    expected = batched_logprobs(tiny, AGG_SEQUENCES, AGG_MASKS, tokenizer.pad_token_id, 3, temperature=0.5)
+    optimizer = torch.optim.SGD(tiny.parameters(), lr=0.0)
+    stats = gradient_step(
+        tiny, optimizer, AGG_SEQUENCES, AGG_MASKS, tokenizer.pad_token_id, nll_loss_x100, temperature=0.5, aggregation="token"
+    )
+    trained = torch.cat([-lp[torch.tensor(m)] for lp, m in zip(expected, AGG_MASKS)])
+    assert stats["loss"] == pytest.approx(100 * float(trained.mean()), rel=1e-5)
+
+
+def nll_loss_x100(logp, extras):
+    return -100 * logp, {}
+
+
 def test_bf16_log_probs_stay_within_a_measured_band_of_fp32(tokenizer, tiny):
     """bf16 autocast is inexact. On these 8 random 48-token rows the tiny model's bf16 log-probs
     differ from fp32's by 0.040-0.049 nats on average and 0.29-0.49 at most (seeds 0-3, both test
