@@ -62,11 +62,7 @@ from typing import Literal
 import torch
 import tyro
 
-from cleanrl_style import (
-    Run,
-    check_range,
-    require,
-)
+from cleanrl_style import Run, check_range, require
 from cleanrl_style.llm.args import LLMRunArgs
 from cleanrl_style.llm.progress import WorkProgress
 from cleanrl_style.llm.rollout import collect_groups, evaluate_held_out, tokenize_conversation, with_first_user_suffix
