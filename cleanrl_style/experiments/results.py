@@ -84,7 +84,7 @@ class ResultsArgs:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = tyro.cli(ResultsArgs, args=argv)
+    args = tyro.cli(ResultsArgs, args=argv, prog="python -m cleanrl_style.experiments.results")
     try:
         export(args.recipe, args.runs_dir, args.out)
     except RecipeError as e:

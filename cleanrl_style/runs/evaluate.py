@@ -169,7 +169,7 @@ class EvaluateArgs:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = tyro.cli(EvaluateArgs, args=argv)
+    args = tyro.cli(EvaluateArgs, args=argv, prog="python -m cleanrl_style.runs.evaluate")
     require(args.episodes >= 1, f"--episodes {args.episodes}: must be at least 1")
     if args.capture_video:
         require(args.video_episodes >= 1, f"--video-episodes {args.video_episodes}: must be at least 1")
