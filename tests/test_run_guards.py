@@ -264,7 +264,7 @@ def test_the_run_that_loses_the_start_race_leaves_the_winners_folder_alone(tmp_p
     """Two runs started at once on a new folder: the loser may be the one that made the folder, but
     the lock's holder owns it, so the loser's clean-up must not remove it."""
     import cleanrl_style.runs.run as run_module
-    from cleanrl_style import cli
+    from cleanrl_style.runs import cli
 
     run_dir = tmp_path / "new"
     lock = run_module._lock_run_directory
