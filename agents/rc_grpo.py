@@ -14,8 +14,10 @@ this agent does not let you turn off): a call with wrong arguments that still la
 state fails.
 
 **Stage 1, RCTP** (reward-conditioned trajectory policy). Trajectories from the environment's
-scripted policies (the expert, and the noisy policy with one mistake per episode), labelled by
-their actual reward and mixed 1:1 successful/failed. A reward-goal token is appended to the first
+scripted policies (the expert, and the noisy policy with one mistake per episode), optionally with
+episodes sampled from the starting model itself (``--rctp-on-policy N``: its own failures, the
+behaviour the low token should name), labelled by their actual reward, shuffled and mixed 1:1
+successful/failed. A reward-goal token is appended to the first
 user message: ``<|high_reward|>`` on successes, ``<|low_reward|>`` on failures; both are added to
 the tokenizer as special tokens (new embedding rows start at the mean embedding). Loss:
 cross-entropy on the assistant tokens only (content and closing end-of-turn token), averaged over
@@ -52,6 +54,7 @@ such as GRPO's 1e-6, passed by hand). RCTP's scripted data exists for the tool s
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -65,9 +68,16 @@ import tyro
 from cleanrl_style import Run, check_range, require
 from cleanrl_style.llm.args import LLMRunArgs
 from cleanrl_style.llm.progress import WorkProgress
-from cleanrl_style.llm.rollout import collect_groups, evaluate_held_out, tokenize_conversation, with_first_user_suffix
+from cleanrl_style.llm.rollout import (
+    collect_groups,
+    collect_rollouts,
+    evaluate_held_out,
+    tokenize_conversation,
+    with_first_user_suffix,
+)
 from cleanrl_style.llm.tokens import TokenLoss, gradient_step
 from cleanrl_style.llm.train import (
+    HELD_OUT_FILE,
     build_policy,
     finish,
     iteration_seed,
@@ -97,6 +107,9 @@ class Args(LLMRunArgs):
     """passes over the RCTP data"""
     rctp_data: str = ""
     """JSONL of trajectories (envs.text.save_jsonl); empty: generate them with the scripted policies"""
+    rctp_on_policy: int = 0
+    """episodes sampled from the starting model on training tasks (at --temperature, no reward token)
+    and added to the RCTP data, labelled by their reward; kept in runs/<run>/rctp_on_policy.jsonl"""
     rctp_max_tokens: int = 4096
     """drop training conversations longer than this many tokens"""
     # ---- stage 2: RC-GRPO
@@ -179,11 +192,37 @@ def scripted_episodes(family, count: int, seed: int) -> list[tuple[list[dict[str
     return episodes
 
 
+def on_policy_episodes(args: Args, run: Run, policy, tokenizer, family, progress) -> list[tuple[list[dict[str, str]], float]]:
+    """``--rctp-on-policy`` episodes of the starting model on random training tasks, as (messages,
+    reward). Written once to the run folder and read back on resume: a resumed run's policy is no
+    longer the starting model."""
+    from envs.text import load_jsonl
+
+    path = run.dir / "rctp_on_policy.jsonl"
+    if not path.exists():
+        rng = random.Random(args.seed * 7919 + 1)
+        task_ids = [rng.choice(family.train_ids) for _ in range(args.rctp_on_policy)]
+        progress.prefix = "RCTP on-policy data"
+        rollouts, _ = collect_rollouts(
+            policy, tokenizer, family, task_ids, args.rollout_settings(), seed=args.seed * 7919 + 1, progress=progress
+        )
+        part = path.with_suffix(".part")
+        with open(part, "w", encoding="utf-8") as f:
+            for r in rollouts:
+                f.write(json.dumps({"task_id": r.task_id, "messages": r.messages, "reward": r.reward}) + "\n")
+        part.replace(path)
+    episodes = [(t["messages"], float(t["reward"])) for t in load_jsonl(path)]
+    successes = sum(reward >= 1.0 for _, reward in episodes)
+    print(f"RCTP on-policy data: {len(episodes)} episodes of the starting model, {successes} successful ({path})")
+    return episodes
+
+
 def rctp_dataset(
-    episodes: list[tuple[list[dict[str, str]], float]], tokenizer, separator: str, max_tokens: int
+    episodes: list[tuple[list[dict[str, str]], float]], tokenizer, separator: str, max_tokens: int, seed: int = 0
 ) -> tuple[list[list[int]], list[list[bool]]]:
-    """Successful and failed episodes, 1:1 and interleaved, each conditioned on the token of its
-    outcome (appended to the first user message); token ids and assistant-token masks.
+    """Successful and failed episodes, each list shuffled (``seed``), then 1:1 and interleaved, each
+    conditioned on the token of its outcome (appended to the first user message); token ids and
+    assistant-token masks.
 
     Raises:
         SystemExit: the episodes hold no success or no failure.
@@ -192,6 +231,10 @@ def rctp_dataset(
     bad = [e for e in episodes if e[1] < 1.0]
     if not good or not bad:
         raise SystemExit(f"RCTP needs successful and failed trajectories; got {len(good)} and {len(bad)}")
+    # Shuffled before the 1:1 cut, so the kept failures mix their sources (scripted and on-policy).
+    rng = random.Random(seed)
+    rng.shuffle(good)
+    rng.shuffle(bad)
     sequences, masks = [], []
     for messages, reward in [x for pair in zip(good, bad) for x in pair]:  # zip stops at the shorter: 1:1
         ids, mask = tokenize_conversation(tokenizer, with_first_user_suffix(messages, separator + reward_token(reward >= 1.0)))
@@ -258,7 +301,9 @@ def run_rctp(args: Args, run: Run) -> None:
         episodes = [(t["messages"], float(t["reward"])) for t in load_jsonl(args.rctp_data)]
     else:
         episodes = scripted_episodes(family, args.rctp_trajectories, args.seed)
-    sequences, masks = rctp_dataset(episodes, tokenizer, args.token_separator, args.rctp_max_tokens)
+    if args.rctp_on_policy:
+        episodes += on_policy_episodes(args, run, policy, tokenizer, family, progress)
+    sequences, masks = rctp_dataset(episodes, tokenizer, args.token_separator, args.rctp_max_tokens, args.seed)
     per_epoch = math.ceil(len(sequences) / args.rctp_batch_size)
     total = args.rctp_epochs * per_epoch  # args.total_timesteps was an estimate before the data was balanced and filtered
     for step in range(setup.start_iteration, total + 1):
@@ -317,6 +362,8 @@ def run_rctp(args: Args, run: Run) -> None:
             eval_settings,
             first_user_suffix=args.token_separator + LOW_REWARD,
             progress=progress,
+            record=run.dir / HELD_OUT_FILE,
+            step=total,
         )
         low_success = low["charts/test_success_rate"]
         run.log(total, {"rctp/low_token_success_rate": low_success})
@@ -439,6 +486,7 @@ if __name__ == "__main__":
         args.exp_name = f"rc_grpo_{args.stage}"
     if args.stage == "rctp" and not args.resume:
         examples = args.rctp_trajectories if not args.rctp_data else len(Path(args.rctp_data).read_text().splitlines())
+        examples += args.rctp_on_policy
         args.total_timesteps = args.rctp_epochs * math.ceil(examples / args.rctp_batch_size)  # upper bound; see run_rctp
     run = Run(args, agent_file=__file__)
     run_rctp(run.args, run) if run.args.stage == "rctp" else run_rc_grpo(run.args, run)

@@ -146,12 +146,20 @@ def test_rctp_then_rc_grpo_from_its_model(tiny_model_dir, tmp_path):
         "4",
         "--rctp-epochs",
         "1",
+        "--rctp-on-policy",
+        "3",
         *SMALL,
         run_dir=rctp,
     )
+    on_policy = [json.loads(line) for line in (rctp / "rctp_on_policy.jsonl").read_text().splitlines()]
+    assert len(on_policy) == 3 and all(t["messages"][-1]["role"] != "system" for t in on_policy)
     assert progress_steps(rctp, "losses/sft_loss") == [1, 2]
     # the held-out tasks evaluated under both tokens at the end: charts/test_success_rate with the high one
     assert progress_steps(rctp, "rctp/low_token_success_rate") == progress_steps(rctp, "charts/test_success_rate") == [2]
+    with open(rctp / "held_out.csv", newline="") as f:  # per task, under each token, for paired comparisons
+        rows = list(csv.DictReader(f))
+    assert sorted((r["step"], r["suffix"]) for r in rows) == [("2", "<|high_reward|>"), ("2", "<|low_reward|>")]
+    assert rows[0]["task_id"] == rows[1]["task_id"] and {r["reward"] for r in rows} <= {"0.0", "1.0"}
     assert '"<|high_reward|>"' in (rctp / "model" / "tokenizer.json").read_text()
     rl = tmp_path / "rl"
     run_agent(

@@ -245,6 +245,21 @@ def test_rctp_data_refuses_episodes_of_one_outcome_and_keeps_conversations_up_to
     assert [len(s) for s in kept] == [n for n in map(len, sequences) if n <= shortest] and kept
 
 
+def test_rctp_data_shuffles_each_outcome_before_the_one_to_one_cut(tasks):
+    """Failures from a second source appended after the scripted ones still reach the data."""
+    tokenizer = build_tokenizer()
+    add_special_tokens(build_tiny_model(tokenizer), tokenizer, [HIGH, LOW])
+    episodes = rc_grpo.scripted_episodes(tasks, 12, seed=0)
+    failures = sum(reward < 1.0 for _, reward in episodes)
+    marker = "ON-POLICY FAILURE"
+    extra = [([*messages[:-1], {"role": "assistant", "content": marker}], 0.0) for messages, _ in episodes[:failures]]
+    sequences, _ = rc_grpo.rctp_dataset(episodes + extra, tokenizer, " ", 4096, seed=0)
+    marked = sum(marker in tokenizer.decode(ids) for ids in sequences)
+    assert 0 < marked < len(sequences) // 2  # mixed with the scripted failures, not all kept and not none
+    again, _ = rc_grpo.rctp_dataset(episodes + extra, tokenizer, " ", 4096, seed=0)
+    assert again == sequences  # the seed fixes the draw
+
+
 def groups_of(tokens: list[str], size: int) -> list[list[str]]:
     return [tokens[g : g + size] for g in range(0, len(tokens), size)]
 

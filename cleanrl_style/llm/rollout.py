@@ -24,9 +24,11 @@ Qwen2.5's). A template that rewrites earlier turns is refused with that reason.
 
 from __future__ import annotations
 
+import csv
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -373,6 +375,21 @@ def rollout_stats(rollouts: Sequence[Rollout]) -> dict[str, float]:
     }
 
 
+HELD_OUT_COLUMNS = ("step", "suffix", "task_id", "reward", "turns", "cut")
+
+
+def append_held_out_outcomes(path: Path, step: int, suffix: str, rollouts: Sequence[Rollout]) -> None:
+    """One row per held-out episode (``HELD_OUT_COLUMNS``), appended to a CSV: the per-task outcomes
+    that paired comparisons between runs on the same tasks need."""
+    new = not path.exists()
+    with open(path, "a", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        if new:
+            writer.writerow(HELD_OUT_COLUMNS)
+        for r in rollouts:
+            writer.writerow([step, suffix.strip(), r.task_id, r.reward, len(r.turns), int(r.cut)])
+
+
 def evaluate_held_out(
     model: Any,
     tokenizer: Any,
@@ -382,9 +399,12 @@ def evaluate_held_out(
     *,
     first_user_suffix: str = "",
     progress: WorkProgress | None = None,
+    batch_size: int = 32,
+    record: Path | None = None,
+    step: int = 0,
 ) -> dict[str, float]:
     """Greedy episodes on the first ``num_episodes`` test-split tasks of ``family`` (the same ones
-    every time), as the metrics the agents log: ``charts/test_success_rate``, ``eval/*`` and its wall
+    every time), ``batch_size`` at once, as the metrics the agents log: ``charts/test_success_rate``, ``eval/*`` and its wall
     and CPU seconds (``time/eval_seconds``, ``time/eval_cpu_seconds``).
 
     Raises:
@@ -397,23 +417,32 @@ def evaluate_held_out(
         )
     ids = family.test_ids[:num_episodes]
     started, cpu_started = time.perf_counter(), time.process_time()
-    rollouts, timing = collect_rollouts(
-        model,
-        tokenizer,
-        family,
-        ids,
-        settings if settings.sampling.greedy else settings.greedy(),
-        first_user_suffixes=[first_user_suffix] * len(ids),
-        progress=progress,
-        stage_name="held-out evaluation",
-    )
+    rollouts: list[Rollout] = []
+    tokens, seconds = 0.0, 0.0
+    for first in range(0, len(ids), batch_size):  # batches bound the key/value caches' memory
+        chunk = ids[first : first + batch_size]
+        batch, timing = collect_rollouts(
+            model,
+            tokenizer,
+            family,
+            chunk,
+            settings if settings.sampling.greedy else settings.greedy(),
+            first_user_suffixes=[first_user_suffix] * len(chunk),
+            seed=first,  # episode i resets with seed i, whatever the batches
+            progress=progress,
+            stage_name="held-out evaluation",
+        )
+        rollouts += batch
+        tokens, seconds = tokens + timing["generated_tokens"], seconds + timing["generation_seconds"]
     stats = rollout_stats(rollouts)
+    if record is not None:
+        append_held_out_outcomes(record, step, first_user_suffix, rollouts)
     return {
         "charts/test_success_rate": stats["success_rate"],
         "eval/turns_per_episode": stats["turns_per_episode"],
         "eval/tool_errors_per_episode": stats["tool_errors_per_episode"],
         "eval/cut_fraction": stats["cut_fraction"],
-        "eval/tokens_per_second": timing["tokens_per_second"],
+        "eval/tokens_per_second": tokens / max(seconds, 1e-9),
         "time/eval_seconds": time.perf_counter() - started,
         "time/eval_cpu_seconds": time.process_time() - cpu_started,
     }

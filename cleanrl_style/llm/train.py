@@ -51,6 +51,8 @@ def trainable_state(model: Any) -> dict[str, torch.Tensor]:
     return model.state_dict()
 
 
+HELD_OUT_FILE = "held_out.csv"
+"""each final held-out episode's outcome, one row per task (``rollout.HELD_OUT_COLUMNS``)"""
 MMAP_THRESHOLD_BYTES = 1 << 20
 
 
@@ -269,13 +271,22 @@ def finish(
     first_user_suffix: str = "",
     progress: WorkProgress | None = None,
 ) -> None:
-    """The end of an LLM run: held-out evaluation at ``final_step`` (if ``eval_episodes`` > 0), the
+    """The end of an LLM run: held-out evaluation at ``final_step`` (if ``eval_episodes`` > 0; each
+    episode's outcome also goes to ``runs/<run>/held_out.csv``), the
     exported model folder (if ``save_model`` and anything was trained), and closing the logs."""
     if eval_episodes > 0:
         if progress is not None:
             progress.prefix = "final"
         metrics = evaluate_held_out(
-            policy, tokenizer, family, eval_episodes, eval_settings, first_user_suffix=first_user_suffix, progress=progress
+            policy,
+            tokenizer,
+            family,
+            eval_episodes,
+            eval_settings,
+            first_user_suffix=first_user_suffix,
+            progress=progress,
+            record=run.dir / HELD_OUT_FILE,
+            step=final_step,
         )
         run.log(final_step, metrics)
         suffix = f" (conditioned on {first_user_suffix.strip()})" if first_user_suffix else ""
