@@ -10,6 +10,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -181,3 +183,57 @@ def test_rctp_then_rc_grpo_from_its_model(tiny_model_dir, tmp_path):
     )
     assert progress_steps(rl, "rc_grpo/high_token_fraction") == [1]
     assert load_checkpoint(rl)["iteration"] == 1
+
+
+def test_sft_warm_start_writes_a_model_the_agents_load(tiny_model_dir, tmp_path):
+    sft = tmp_path / "sft"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cleanrl_style.llm.sft",
+            "--env",
+            "python-math",
+            "--model",
+            str(tiny_model_dir),
+            "--trajectories",
+            "6",
+            "--batch-size",
+            "4",
+            "--epochs",
+            "2",
+            "--test-kinds",
+            "6",
+            "--max-new-tokens",
+            "4",
+            "--max-assistant-messages",
+            "2",
+            "--eval-episodes",
+            "1",
+            "--micro-batch-size",
+            "4",
+            "--run-dir",
+            str(sft),
+            "--no-progress-bar",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "SFT data: 6 traces kept of 6" in proc.stdout
+    assert progress_steps(sft, "losses/sft_loss") == [1, 2, 3, 4]  # 2 epochs of 2 batches
+    assert progress_steps(sft, "charts/test_success_rate") == [4]
+    run_agent(
+        "grpo",
+        "--env",
+        "python-math",
+        "--model",
+        str(sft / "model"),
+        "--total-timesteps",
+        "0",
+        "--test-kinds",
+        "6",
+        *SMALL,
+        run_dir=tmp_path / "grpo",
+    )

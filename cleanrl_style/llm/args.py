@@ -84,6 +84,10 @@ class LLMRunArgs(BaseRunArgs):
     require_gold_calls: bool = True
     """tool suites: a turn passes only if every gold call was made with its name and arguments,
     besides the state and response checks (--no-require-gold-calls: the BFCL checks alone)"""
+    test_kinds: tuple[int, ...] = ()
+    """python-math: problem kinds held out whole as the test split (0 prime sum, 1 divisor count,
+    2 Fibonacci modulo m, 3 digit sum of a power, 4 multiples of a or b, 5 compound interest,
+    6 binomial coefficient); empty: a hashed ~20% of every kind"""
     eval_max_new_tokens: int = 0
     """tokens per assistant message in evaluation (0: same as max_new_tokens)"""
 
@@ -130,4 +134,5 @@ class LLMRunArgs(BaseRunArgs):
             variants=self.variants,
             max_steps_per_turn=self.max_steps_per_turn,
             require_gold_calls=self.require_gold_calls,
+            test_kinds=self.test_kinds,
         )

@@ -95,6 +95,7 @@ def make_task_family(
     max_steps_per_turn: int = 20,
     require_gold_calls: bool = False,
     sandbox_limits: Any = None,
+    test_kinds: Sequence[int] = (),
 ) -> TaskFamily:
     """The family a name describes (see the module docstring for the names).
 
@@ -107,20 +108,32 @@ def make_task_family(
         require_gold_calls: Tool suites: a turn passes only if every gold call was made with its
             arguments (RC-GRPO's success), besides the state and response checks.
         sandbox_limits: python-math: the ``SandboxLimits`` of the python tool (default limits if None).
+        test_kinds: python-math: problem kinds (``envs.text.tir_env.PROBLEM_KINDS`` indices) held
+            out whole as the test split, so evaluation asks for kinds training never saw; empty:
+            the hashed ~20% split of every kind.
 
     Raises:
         ValueError: an unknown name, with the forms that exist and the closest match.
     """
+    if test_kinds and name != PYTHON_MATH:
+        raise ValueError(f"test kinds (whole problem kinds held out) exist for {PYTHON_MATH} only, not {name!r}")
     if name == PYTHON_MATH:
-        from envs.text.tir_env import ProblemSet, PythonReasoningEnv
+        from envs.text.tir_env import PROBLEM_KINDS, ProblemSet, PythonReasoningEnv, problem_kind
 
         problems = ProblemSet(num_problems=num_tasks, seed=task_seed, split=None)
         ids = list(problems.problem_ids)
+        held_out = set(test_kinds)
+        if not held_out <= set(range(len(PROBLEM_KINDS))) or len(held_out) == len(PROBLEM_KINDS):
+            raise ValueError(
+                f"test kinds {sorted(held_out)}: give some but not all of 0-{len(PROBLEM_KINDS) - 1} "
+                f"({', '.join(f'{k} {kind}' for k, kind in enumerate(PROBLEM_KINDS))})"
+            )
+        is_test = (lambda i: problem_kind(i) in held_out) if held_out else (lambda i: split_of(i) == "test")
         return TaskFamily(
             name=name,
             kind=PYTHON_MATH,
-            train_ids=[i for i in ids if split_of(i) == "train"],
-            test_ids=[i for i in ids if split_of(i) == "test"],
+            train_ids=[i for i in ids if not is_test(i)],
+            test_ids=[i for i in ids if is_test(i)],
             make_env=lambda: PythonReasoningEnv(problems, max_tool_turns=max_steps_per_turn, limits=sandbox_limits),
             id_option="problem_id",
             step_threads=4,

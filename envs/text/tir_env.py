@@ -66,11 +66,27 @@ class Problem:
         return split_of(self.problem_id)
 
 
+PROBLEM_KINDS = (
+    "prime sum",
+    "divisor count",
+    "Fibonacci modulo m",
+    "digit sum of a power",
+    "multiples of a or b",
+    "compound interest",
+    "binomial coefficient",
+)
+"""the kind of problem ``i`` is ``PROBLEM_KINDS[i % 7]``"""
+
+
+def problem_kind(problem_id: int) -> int:
+    return problem_id % len(PROBLEM_KINDS)
+
+
 def _problem(problem_id: int, seed: int) -> Problem:
     """One problem, a pure function of (problem_id, seed); the answer is computed by running the
     same reference code in this process (trusted, short)."""
     rng = random.Random(f"tir/{seed}/{problem_id}")
-    kind = problem_id % 7
+    kind = problem_kind(problem_id)
     if kind == 0:
         n = rng.randint(1000, 20000)
         question = f"What is the sum of all prime numbers below {n}?"
@@ -333,16 +349,54 @@ class PythonReasoningEnv(gym.Env):
         return list(self.messages), float(correct), True, False, self._info() | {"predicted": predicted, "success": correct}
 
 
+def _call(text: str, code: str) -> str:
+    return text + "\n<tool_call>" + json.dumps({"name": "python", "arguments": {"code": code}}) + "</tool_call>"
+
+
+def crashing_version(code: str) -> str:
+    """The reference program with its last ``print(`` misspelled: it runs and fails with a NameError."""
+    at = code.rfind("print(")
+    return code[:at] + "pritn(" + code[at + len("print(") :]
+
+
+def wrong_output_version(code: str) -> str:
+    """The reference program printing 2x + 1 for its answer x: it runs and prints a wrong number (a
+    silent mistake, wrong at any size, unlike x + 1 against the relative tolerance). Every
+    reference program ends with one ``print(...)`` line."""
+    head, _, last = code.rpartition("\n")
+    if not (last.startswith("print(") and last.endswith(")")):
+        raise ValueError(f"the program's last line is not a print(...) call: {last!r}")
+    return (head + "\n" if head else "") + f"print(2 * ({last[len('print(') : -1]}) + 1)"
+
+
 class PythonReasoningExpert:
-    """Runs the reference program, then boxes the number it printed (reward 1 when the sandbox works)."""
+    """Runs the reference program, then boxes the number it printed (reward 1 when the sandbox works).
+
+    With ``crash_first`` (a probability), its first call is the program with a misspelled ``print``;
+    it reads the error and calls the right program in the next message (three messages, the first
+    one bad). With ``silent_mistake`` (a probability), the program it runs prints 2x + 1 for the
+    answer x, and it boxes that wrong number (reward 0). Both are drawn from ``seed`` once per
+    episode, so the traces hold turns of differing quality (TurnSight's warm-start data).
+    """
+
+    def __init__(self, crash_first: float = 0.0, silent_mistake: float = 0.0, seed: int = 0) -> None:
+        for name, value in (("crash_first", crash_first), ("silent_mistake", silent_mistake)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} is a probability and must be in [0, 1], got {value}")
+        self.crash_first, self.silent_mistake = crash_first, silent_mistake
+        self.rng = random.Random(seed)
+        self.plan: tuple[bool, bool] = (False, False)
 
     def act(self, observation: list[Message], info: dict[str, Any]) -> str:
+        code = info["problem"].solution_code
         if info["tool_turns"] == 0:
-            code = info["problem"].solution_code
-            return (
-                "Let me compute it.\n<tool_call>"
-                + json.dumps({"name": "python", "arguments": {"code": code}})
-                + "</tool_call>"
-            )
+            self.plan = (self.rng.random() < self.crash_first, self.rng.random() < self.silent_mistake)
+        crash, silent = self.plan
+        if silent:
+            code = wrong_output_version(code)
+        if info["tool_turns"] == 0 and crash:
+            return _call("Let me compute it.", crashing_version(code))
+        if info["tool_turns"] == int(crash):
+            return _call("That call failed: print was misspelled. Fixed:" if crash else "Let me compute it.", code)
         last_output = observation[-1]["content"].strip().splitlines()
         return f"The answer is \\boxed{{{last_output[-1] if last_output else ''}}}."

@@ -73,6 +73,41 @@ def test_expert_solves_problems_through_the_sandbox(env):
         assert terminated and reward == 1.0 and info["errors"] == {}
 
 
+def run_expert(env, problem, expert):
+    observation, info = env.reset(options={"problem": problem})
+    for _ in range(4):
+        observation, reward, terminated, truncated, info = env.step(expert.act(observation, info))
+        if terminated or truncated:
+            break
+    return observation, reward, info
+
+
+def test_the_expert_fixes_a_crashing_first_call_in_its_second_message(env):
+    """One problem of each of the seven kinds: error, fix, answer."""
+    for problem in list(env.problems)[:7]:
+        observation, reward, info = run_expert(env, problem, PythonReasoningExpert(crash_first=1.0))
+        assistant = [m for m in observation if m["role"] == "assistant"]
+        tools = [m["content"] for m in observation if m["role"] == "tool"]
+        assert len(assistant) == 3 and reward == 1.0 and info["errors"] == {"tool_error": 1}
+        assert "NameError" in tools[0] and "pritn" in tools[0] and float(tools[1].strip()) == problem.answer
+
+
+def test_the_expert_with_a_silent_mistake_boxes_a_wrong_number_and_fails(env):
+    for problem in list(env.problems)[:7]:
+        observation, reward, info = run_expert(env, problem, PythonReasoningExpert(silent_mistake=1.0))
+        assert reward == 0.0 and info["errors"] == {} and len([m for m in observation if m["role"] == "assistant"]) == 2
+        assert float(observation[-2]["content"].strip()) == pytest.approx(2 * problem.answer + 1)
+
+
+def test_the_expert_draws_its_mistakes_per_episode_and_refuses_bad_probabilities(env):
+    expert = PythonReasoningExpert(crash_first=0.5, seed=3)
+    problem = list(env.problems)[0]
+    lengths = [len([m for m in run_expert(env, problem, expert)[0] if m["role"] == "assistant"]) for _ in range(12)]
+    assert set(lengths) == {2, 3}
+    with pytest.raises(ValueError, match="crash_first is a probability"):
+        PythonReasoningExpert(crash_first=1.5)
+
+
 def test_reading_outside_the_temporary_directory_is_refused(env, tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("TOPSECRET-42")
