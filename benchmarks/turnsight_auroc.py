@@ -1,0 +1,202 @@
+"""TurnSight's gate: do its turn scores tell good turns from bad ones, before any RL?
+
+    python benchmarks/turnsight_auroc.py --model runs/recipes/llm_cpu_turnsight/python-math__sft__s1/model --test-kinds 5 6
+    python benchmarks/turnsight_auroc.py --model <sft model> --rollouts 64 --out results/turnsight_gate/turns.csv
+
+Samples ``--rollouts`` episodes (groups of ``--group-size`` on random training tasks, temperature
+1, as TurnSight's training rollouts) from ``--model``, scores every turn as ``agents/turnsight.py``
+does (steps 1-4: hindsight blocks of each horizon, the teacher's gap, the cross-horizon agreement;
+its flags' defaults, ``--teacher policy``), and labels each turn by what the environment returned:
+
+- a turn with a tool call is **good** when every call ran and printed (no error message, exit
+  code, kill, refusal or empty output), **bad** otherwise;
+- the turn without a call (the answer that ends the episode) is **good** when the episode's
+  reward is 1, **bad** otherwise.
+
+TurnSight raises the weight of turns with a high score in a successful episode and lowers the
+penalty of such turns in a failed one, so a useful score ranks good turns above bad ones. Printed:
+the AUROC of the chosen score over all turns (the probability that a random good turn outscores a
+random bad one, ties half), of the score normalized within each group (the ``z`` TurnSight uses),
+and over pairs within one episode only (the credit that the episode's advantage cannot give),
+each with a 95% percentile bootstrap interval over episodes (2,000 resamples). The gate: AUROC
+above 0.6. ``--out`` writes one row per turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+ERROR_MARKS = ("[exit code", "[killed:", "[not run", "[no output]", '"error"')
+
+
+def load_turnsight() -> Any:
+    spec = importlib.util.spec_from_file_location("agent_turnsight", ROOT / "agents" / "turnsight.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def turn_label(rollout: Any, k: int) -> bool:
+    """True for a good turn (see the module docstring)."""
+    from envs.text.parsing import has_tool_call
+
+    turn = rollout.turns[k]
+    if has_tool_call(turn.content):
+        return bool(turn.tool_outputs) and not any(mark in out for out in turn.tool_outputs for mark in ERROR_MARKS)
+    return rollout.reward >= 1.0
+
+
+def auroc(good: list[float], bad: list[float]) -> float:
+    """P(a good score > a bad score) + P(tie) / 2; NaN without both kinds."""
+    if not good or not bad:
+        return float("nan")
+    wins = sum((g > b) + 0.5 * (g == b) for g in good for b in bad)
+    return wins / (len(good) * len(bad))
+
+
+def within_episode_auroc(rows: list[dict[str, Any]]) -> float:
+    """AUROC over the (good, bad) pairs of turns of one episode, pooled over episodes."""
+    wins, pairs = 0.0, 0
+    by_episode: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_episode.setdefault(row["episode"], []).append(row)
+    for turns in by_episode.values():
+        good = [r["score"] for r in turns if r["good"]]
+        bad = [r["score"] for r in turns if not r["good"]]
+        wins += sum((g > b) + 0.5 * (g == b) for g in good for b in bad)
+        pairs += len(good) * len(bad)
+    return wins / pairs if pairs else float("nan")
+
+
+def bootstrap(rows: list[dict[str, Any]], statistic: Any, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile interval of ``statistic(rows)`` over episodes drawn with replacement."""
+    rng = random.Random(seed)
+    episodes = sorted({r["episode"] for r in rows})
+    by_episode = {e: [r for r in rows if r["episode"] == e] for e in episodes}
+    values = []
+    for _ in range(resamples):
+        drawn: list[dict[str, Any]] = []
+        for n, e in enumerate(rng.choices(episodes, k=len(episodes))):
+            drawn += [r | {"episode": n} for r in by_episode[e]]
+        value = statistic(drawn)
+        if value == value:  # not NaN
+            values.append(value)
+    values.sort()
+    return values[int(0.025 * len(values))], values[min(int(0.975 * len(values)), len(values) - 1)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="", help="model folder (empty: SmolLM2-135M-Instruct)")
+    parser.add_argument("--env", default="python-math")
+    parser.add_argument("--test-kinds", type=int, nargs="*", default=[], help="python-math kinds held out (as the SFT run)")
+    parser.add_argument("--rollouts", type=int, default=64)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--max-assistant-messages", type=int, default=4)
+    parser.add_argument("--max-steps-per-turn", type=int, default=3)
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", default="", help="CSV of one row per turn")
+    args = parser.parse_args()
+    if args.rollouts % args.group_size:
+        parser.error(f"--rollouts {args.rollouts} is not a multiple of --group-size {args.group_size}")
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+
+    from cleanrl_style.llm.args import LLMRunArgs
+    from cleanrl_style.llm.rollout import collect_groups
+    from cleanrl_style.llm.tokens import batched_logprobs
+    from cleanrl_style.llm.train import build_policy, sample_groups
+
+    turnsight = load_turnsight()
+    ts_args = turnsight.Args(
+        env=args.env,
+        model=args.model,
+        test_kinds=tuple(args.test_kinds),
+        max_new_tokens=args.max_new_tokens,
+        max_assistant_messages=args.max_assistant_messages,
+        max_steps_per_turn=args.max_steps_per_turn,
+        precision=args.precision,
+        group_size=args.group_size,
+    )
+    assert isinstance(ts_args, LLMRunArgs)
+    setup = build_policy(args.model, "cpu", 0.0, with_reference=False)
+    policy, tokenizer = setup.policy, setup.tokenizer
+    family = ts_args.task_family()
+    tasks = sample_groups(family.train_ids, args.rollouts // args.group_size, args.seed, 1)
+    rollouts, timing, rewards = collect_groups(
+        policy, tokenizer, family, tasks, args.group_size, ts_args.rollout_settings(), seed=args.seed
+    )
+    student = batched_logprobs(
+        policy,
+        [r.tokens for r in rollouts],
+        [r.policy_mask for r in rollouts],
+        tokenizer.pad_token_id,
+        ts_args.micro_batch_size,
+        precision=args.precision,
+    )
+    scores = turnsight.turn_scores(policy, None, tokenizer, rollouts, student, ts_args)
+    rows: list[dict[str, Any]] = []
+    for g in range(len(tasks)):
+        members = range(g * args.group_size, (g + 1) * args.group_size)
+        chosen = {i: turnsight.select_horizon(scores[i])[0] for i in members if len(rollouts[i].turns)}
+        if not chosen:
+            continue
+        z = turnsight.normalize_over_siblings(torch.cat(list(chosen.values())), ts_args.norm_eps)
+        offset = 0
+        for i, s in chosen.items():
+            for k in range(len(s)):
+                rows.append(
+                    {
+                        "episode": i,
+                        "group": g,
+                        "turn": k,
+                        "turns": len(rollouts[i].turns),
+                        "reward": rollouts[i].reward,
+                        "good": turn_label(rollouts[i], k),
+                        "score": float(s[k]),
+                        "z": float(z[offset + k]),
+                    }
+                )
+            offset += len(s)
+
+    good = sum(r["good"] for r in rows)
+    print(
+        f"{len(rollouts)} episodes, success {float(rewards.mean()):.3f}, {len(rows)} turns ({good} good, "
+        f"{len(rows) - good} bad), {timing['tokens_per_second']:.1f} generated tokens/s"
+    )
+
+    def pooled(key: str) -> Any:
+        return lambda rs: auroc([r[key] for r in rs if r["good"]], [r[key] for r in rs if not r["good"]])
+
+    for name, statistic in (
+        ("score, all turns", pooled("score")),
+        ("z within each group (TurnSight's)", pooled("z")),
+        ("score, pairs within one episode", within_episode_auroc),
+    ):
+        value = statistic(rows)
+        low, high = bootstrap(rows, statistic) if value == value else (float("nan"), float("nan"))
+        print(f"AUROC {name}: {value:.3f} [{low:.3f}, {high:.3f}] (95% percentile bootstrap over episodes)")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.out, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
