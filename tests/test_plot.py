@@ -445,3 +445,36 @@ def test_nap_layers_are_matched_by_position_across_runs_with_and_without_layerno
         "nap/norm/actor.net layer 2",
         "nap/norm/actor.net layer 3",
     ]
+
+
+def test_wilson_interval_against_a_hand_computation():
+    from cleanrl_style.experiments.plot.llm import wilson_interval
+
+    # 15 of 32: centre (p + z^2/2n) / (1 + z^2/n) = 0.47209, half-width 0.16341 (z = 1.96)
+    low, high = wilson_interval(15, 32)
+    assert low == pytest.approx(0.30868, abs=1e-4) and high == pytest.approx(0.63550, abs=1e-4)
+    assert wilson_interval(0, 80)[0] == 0.0 and wilson_interval(80, 80)[1] == pytest.approx(1.0)
+    assert wilson_interval(80, 80)[0] == pytest.approx(80 / (80 + 1.959964**2))  # k = n: n / (n + z^2)
+
+
+def test_zero_variance_groups_and_paired_held_out_success(tmp_path):
+    root = tmp_path / "runs"
+    outcomes = {"grpo": [1, 0, 0, 1], "rc": [1, 1, 0, 1]}  # per task 10..13, both seeds alike
+    for label, per_task in outcomes.items():
+        for seed in (1, 2):
+            rows = [(1, 1.0, "charts/zero_variance_fraction", 0.5 if label == "grpo" else 0.25)]
+            rows += [(2, 2.0, "charts/zero_variance_fraction", 0.75 if label == "grpo" else 0.0)]
+            rows += [(2, 3.0, "charts/test_success_rate", sum(per_task) / 4)]
+            run = write_run(root / f"{label}_{seed}", {"env": "tools:bank", "seed": seed, "groups_per_step": 4}, rows)
+            (run / "sweep.json").write_text(json.dumps({"label": label}))
+            lines = ["step,suffix,task_id,reward,turns,cut", *(f"2,,{10 + t},{float(r)},3,0" for t, r in enumerate(per_task))]
+            (run / "held_out.csv").write_text("\n".join(lines) + "\n")
+    make_all(load_runs([root]), tmp_path / "plots", n_boot=100)
+    with open(tmp_path / "plots" / "llm_summary.csv", newline="") as f:
+        rows = {row["agent"]: row for row in csv.DictReader(f)}
+    assert rows["grpo"]["zero-variance groups"] == "10/16" and rows["rc"]["zero-variance groups"] == "2/16"
+    assert rows["grpo"]["zero-variance by seed"] == "s1: 5/8, s2: 5/8"
+    with open(tmp_path / "plots" / "llm_paired.csv", newline="") as f:
+        (pair,) = list(csv.DictReader(f))
+    assert (pair["a"], pair["b"], pair["tasks"]) == ("grpo", "rc", "4")
+    assert float(pair["a - b"]) == pytest.approx(-0.25) and (pair["tasks a > b"], pair["tasks a < b"]) == ("0", "1")

@@ -30,7 +30,12 @@ Reads every run under the given folders (a folder with ``progress.csv`` and ``ar
 ``llm_summary.md`` / ``llm_summary.csv``
     for language-model agents, one row per (line, env): held-out success at each evaluated
     iteration and at the last, the mean training success and zero-variance fraction over the
-    iterations, and the wall time (means over seeds).
+    iterations, the zero-variance groups counted over every iteration and seed with Wilson's 95%
+    interval, an RCTP run's held-out success under the low-reward token, and the wall time
+    (means over seeds).
+``llm_paired.md`` / ``llm_paired.csv``
+    for language-model runs with ``held_out.csv``: each pair of lines evaluated on the same
+    held-out tasks, their success difference task by task with a 95% bootstrap over tasks.
 
 Lines are named by the sweep's label (``sweep.json``), else by the agent (``exp_name``) and the
 arguments that differ between its runs; ``--group-by nap learning_rate`` names them by those
@@ -66,7 +71,7 @@ from cleanrl_style.experiments.plot.aggregates import (
 )
 from cleanrl_style.experiments.plot.curves import plot_curves
 from cleanrl_style.experiments.plot.data import RETURN, RunData, load_runs
-from cleanrl_style.experiments.plot.llm import llm_summary_rows, plot_llm
+from cleanrl_style.experiments.plot.llm import llm_summary_rows, paired_held_out_rows, plot_llm
 from cleanrl_style.experiments.plot.nap import plot_nap
 from cleanrl_style.experiments.plot.reference import with_reference
 from cleanrl_style.experiments.plot.stats import MIN_SEEDS_FOR_CI, summary_rows, write_table
@@ -126,6 +131,10 @@ def make_all(
     if llm_rows:
         write_table(llm_rows, out / "llm_summary.csv", out / "llm_summary.md", "Language-model runs (means over seeds)")
         written += [out / "llm_summary.csv", out / "llm_summary.md"]
+    paired = paired_held_out_rows(runs, seed=seed)
+    if paired:
+        write_table(paired, out / "llm_paired.csv", out / "llm_paired.md", "Held-out success, paired task by task")
+        written += [out / "llm_paired.csv", out / "llm_paired.md"]
     written += plot_nap(runs, out, ci, seed=seed) + plot_llm(runs, out, ci, seed=seed)
     return [p for p in written if p is not None]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,6 +12,37 @@ import numpy as np
 from cleanrl_style.experiments.plot.data import LLM_METRICS, RunData, by_label_and_env, file_part
 from cleanrl_style.experiments.plot.stats import band_note
 from cleanrl_style.experiments.plot.style import _colors, _draw_band, _pyplot, save_figure
+
+
+def wilson_interval(successes: int, trials: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson's score interval of a binomial proportion (95% for the default z); NaNs without trials."""
+    if trials == 0:
+        return float("nan"), float("nan")
+    p = successes / trials
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def zero_variance_groups(group: list[RunData]) -> dict[str, str]:
+    """The groups whose rewards were all equal, counted over every iteration of every seed (the
+    logged fraction times ``groups_per_step``), with Wilson's 95% interval over those groups, and
+    each seed's fraction."""
+    counts = []
+    for r in group:
+        series, per_step = r.series.get("charts/zero_variance_fraction"), r.args.get("groups_per_step")
+        if series is None or not len(series) or not per_step:
+            continue
+        counts.append((int(round(float(series[:, 2].sum()) * per_step)), len(series) * int(per_step), r.seed))
+    if not counts:
+        return {"zero-variance groups": "-", "zero-variance 95% Wilson": "-", "zero-variance by seed": "-"}
+    k, n = sum(c[0] for c in counts), sum(c[1] for c in counts)
+    low, high = wilson_interval(k, n)
+    return {
+        "zero-variance groups": f"{k}/{n}",
+        "zero-variance 95% Wilson": f"[{low:.3f}, {high:.3f}]",
+        "zero-variance by seed": ", ".join(f"s{seed}: {kk}/{nn}" for kk, nn, seed in sorted(counts, key=lambda c: c[2])),
+    }
 
 
 def llm_summary_rows(runs: list[RunData]) -> list[dict]:
@@ -38,6 +71,8 @@ def llm_summary_rows(runs: list[RunData]) -> list[dict]:
                 "test success (last)": float(by_step[steps[-1]]) if steps else float("nan"),
                 "train success (mean)": mean_of(group, "charts/success_rate", lambda a: a[:, 2].mean()),
                 "zero-variance fraction (mean)": mean_of(group, "charts/zero_variance_fraction", lambda a: a[:, 2].mean()),
+                **zero_variance_groups(group),
+                "test success, low token (last)": mean_of(group, "rctp/low_token_success_rate", lambda a: a[-1, 2]),
                 "minutes": float(np.mean([rows_[:, 1].max() / 60 for rows_ in logged])) if logged else float("nan"),
             }
         )
@@ -99,3 +134,61 @@ def plot_llm(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
         path = out / f"llm_{file_part(env)}.png"
         paths.append(save_figure(fig, path, dpi=110))
     return paths
+
+
+def held_out_outcomes(group: list[RunData]) -> dict[str, dict[int, float]]:
+    """Per reward-token suffix ('' for none): each held-out task's success at the run's last
+    evaluation, averaged over the group's seeds (from each run's ``held_out.csv``)."""
+    per_suffix: dict[str, dict[int, list[float]]] = {}
+    for r in group:
+        path = r.path / "held_out.csv" if r.path is not None else None
+        if path is None or not path.exists():
+            continue
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        if not rows:
+            continue
+        last = max(int(row["step"]) for row in rows)
+        for row in rows:
+            if int(row["step"]) == last:
+                per_suffix.setdefault(row["suffix"], {}).setdefault(int(row["task_id"]), []).append(float(row["reward"]))
+    return {suffix: {t: float(np.mean(v)) for t, v in tasks.items()} for suffix, tasks in per_suffix.items()}
+
+
+def paired_held_out_rows(runs: list[RunData], n_boot: int = 2000, seed: int = 0) -> list[dict]:
+    """Each pair of lines of one env evaluated on the same held-out tasks: the difference of their
+    success, task by task (each task's success averaged over seeds), with a 95% percentile
+    bootstrap over tasks, and the tasks each line alone solved more often."""
+    rows = []
+    for env in sorted({r.env for r in runs}):
+        lines = {}
+        for (label, line_env), group in by_label_and_env(runs).items():
+            if line_env == env:
+                for suffix, tasks in held_out_outcomes(group).items():
+                    lines[f"{label} ({suffix})" if suffix else label] = (tasks, len(group))
+        names = sorted(lines)
+        for i, a in enumerate(names):
+            for b in names[i + 1 :]:
+                (ta, na), (tb, nb) = lines[a], lines[b]
+                if set(ta) != set(tb):
+                    continue
+                tasks = sorted(ta)
+                diff = np.array([ta[t] - tb[t] for t in tasks])
+                rng = np.random.default_rng(seed)
+                boots = diff[rng.integers(0, len(diff), size=(n_boot, len(diff)))].mean(axis=1)
+                rows.append(
+                    {
+                        "env": env,
+                        "a": a,
+                        "b": b,
+                        "tasks": len(tasks),
+                        "seeds a, b": f"{na}, {nb}",
+                        "success a": float(np.mean([ta[t] for t in tasks])),
+                        "success b": float(np.mean([tb[t] for t in tasks])),
+                        "a - b": float(diff.mean()),
+                        "95% bootstrap over tasks": f"[{np.percentile(boots, 2.5):.3f}, {np.percentile(boots, 97.5):.3f}]",
+                        "tasks a > b": int((diff > 0).sum()),
+                        "tasks a < b": int((diff < 0).sum()),
+                    }
+                )
+    return rows
