@@ -585,3 +585,28 @@ def test_turnsight_leaves_groups_without_signal_alone_and_modulates_the_others(t
     assert stats["turnsight/modulated_turns"] == sum(len(rollouts[i].turns) for i in range(3, 6))
     modulated = [(float(token_adv[i][turn.start]), float(advantages[i])) for i in range(3, 6) for turn in rollouts[i].turns]
     assert any(got != flat for got, flat in modulated)  # the second group's turns were modulated
+
+
+def test_sft_batches_cover_every_trace_once_per_epoch_in_a_fresh_order():
+    from cleanrl_style.llm.sft import batch_order
+
+    epochs = [[i for step in range(1 + 3 * e, 4 + 3 * e) for i in batch_order(10, 4, seed=1, step=step)] for e in range(2)]
+    assert [sorted(e) for e in epochs] == [list(range(10))] * 2  # 3 batches of 4, 4, 2 per epoch
+    assert [len(batch_order(10, 4, 1, step)) for step in (1, 2, 3)] == [4, 4, 2]
+    assert epochs[0] != epochs[1] and batch_order(10, 4, 1, 1) == batch_order(10, 4, 1, 1)
+
+
+def test_sft_data_mixes_crashed_first_calls_and_keeps_traces_up_to_the_limit():
+    from cleanrl_style.llm.sft import expert_episodes, sft_dataset
+
+    family = make_task_family("python-math", num_tasks=70, test_kinds=(6,))
+    episodes = expert_episodes(family, 12, seed=2, crash_first=0.5)
+    turns = [sum(m["role"] == "assistant" for m in messages) for messages, _ in episodes]
+    assert set(turns) == {2, 3} and all(reward == 1.0 for _, reward in episodes)
+    tokenizer = build_tokenizer()
+    sequences, masks = sft_dataset(episodes, tokenizer, 100_000)
+    assert len(sequences) == 12 and all(any(mask) for mask in masks)
+    shortest = min(map(len, sequences))
+    assert len(sft_dataset(episodes, tokenizer, shortest)[0]) == sum(len(s) <= shortest for s in sequences)
+    with pytest.raises(SystemExit, match="raise it"):
+        sft_dataset(episodes, tokenizer, shortest - 1)
