@@ -75,7 +75,8 @@ from cleanrl_style.llm.rollout import (
     tokenize_conversation,
     with_first_user_suffix,
 )
-from cleanrl_style.llm.tokens import TokenLoss, gradient_step
+from cleanrl_style.llm.sft import supervised_steps
+from cleanrl_style.llm.tokens import TokenLoss
 from cleanrl_style.llm.train import (
     HELD_OUT_FILE,
     build_policy,
@@ -244,12 +245,6 @@ def rctp_dataset(
     return sequences, masks
 
 
-def cross_entropy_loss(logp: torch.Tensor, extras: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """RCTP: the negative log-likelihood of each assistant token; the fraction above 1/2 (the
-    target is then the argmax) is logged as a lower bound on token accuracy."""
-    return -logp, {"token_accuracy_lower_bound": (logp > math.log(0.5)).float()}
-
-
 def group_advantages(rewards: torch.Tensor, eps: float) -> torch.Tensor:
     """``(R_j - mean_g) / (std_g + eps)`` within each group, high- and low-conditioned rollouts together."""
     centered = rewards - rewards.mean(dim=1, keepdim=True)
@@ -304,52 +299,34 @@ def run_rctp(args: Args, run: Run) -> None:
     if args.rctp_on_policy:
         episodes += on_policy_episodes(args, run, policy, tokenizer, family, progress)
     sequences, masks = rctp_dataset(episodes, tokenizer, args.token_separator, args.rctp_max_tokens, args.seed)
-    per_epoch = math.ceil(len(sequences) / args.rctp_batch_size)
-    total = args.rctp_epochs * per_epoch  # args.total_timesteps was an estimate before the data was balanced and filtered
-    for step in range(setup.start_iteration, total + 1):
-        started, cpu_started = time.perf_counter(), time.process_time()
-        progress.prefix = f"RCTP step {step}/{total}"
-        epoch, batch = divmod(step - 1, per_epoch)
-        order = torch.randperm(len(sequences), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch)).tolist()
-        chosen = order[batch * args.rctp_batch_size : (batch + 1) * args.rctp_batch_size]
-        stats = gradient_step(
+    # args.total_timesteps was an estimate before the data was balanced and filtered
+    total = supervised_steps(
+        run,
+        setup,
+        sequences,
+        masks,
+        batch_size=args.rctp_batch_size,
+        epochs=args.rctp_epochs,
+        seed=args.seed,
+        learning_rate=args.learning_rate,
+        micro_batch_size=args.micro_batch_size,
+        max_grad_norm=args.max_grad_norm,
+        precision=args.precision,
+        eval_every=args.eval_every,
+        evaluate=lambda: evaluate_held_out(
             policy,
-            setup.optimizer,
-            [sequences[i] for i in chosen],
-            [masks[i] for i in chosen],
-            tokenizer.pad_token_id,
-            cross_entropy_loss,
-            micro_batch_size=args.micro_batch_size,
-            max_grad_norm=args.max_grad_norm,
-            aggregation="token",
-            precision=args.precision,
+            tokenizer,
+            family,
+            args.eval_episodes,
+            eval_settings,
+            first_user_suffix=args.token_separator + HIGH_REWARD,
             progress=progress,
-        )
-        metrics = {
-            "losses/sft_loss": stats["loss"],
-            "losses/token_accuracy_lower_bound": stats["token_accuracy_lower_bound"],
-            "losses/grad_norm": stats["grad_norm"],
-            "rctp/epoch": epoch,
-            "charts/learning_rate": args.learning_rate,
-            "time/iteration_seconds": time.perf_counter() - started,
-            "time/iteration_cpu_seconds": time.process_time() - cpu_started,
-        }
-        if step == 1:
-            metrics["rctp/trajectories"] = len(sequences)
-        if args.eval_every and step % args.eval_every == 0 and step < total:
-            metrics |= evaluate_held_out(
-                policy,
-                tokenizer,
-                family,
-                args.eval_episodes,
-                eval_settings,
-                first_user_suffix=args.token_separator + HIGH_REWARD,
-                progress=progress,
-            )
-        run.log(step, metrics)
-        run.progress(step)
-        if run.checkpoint_due(step) or step == total:
-            save_policy_checkpoint(run, step, policy, setup.optimizer)
+        ),
+        epoch_metric="rctp/epoch",
+        first_step_metrics={"rctp/trajectories": len(sequences)},
+        progress=progress,
+        label="RCTP",
+    )
     if args.eval_episodes > 0:
         # Whether the tokens steer, before any RL: the same held-out tasks conditioned on the low token
         # (finish() evaluates the high one); RC-GRPO's groups need the two to differ.

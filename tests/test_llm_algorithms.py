@@ -141,9 +141,11 @@ def test_turnsight_takes_one_step_per_batch_its_gradient_is_the_advantage_plus_t
     torch.testing.assert_close(logp.grad, -advantages + 0.1 * (1 - d.exp()))  # d/dlogp of exp(d) - d - 1 is 1 - exp(d)
 
 
-def test_rctp_loss_is_the_negative_log_likelihood_and_counts_tokens_above_one_half():
+def test_rctp_and_sft_loss_is_the_negative_log_likelihood_and_counts_tokens_above_one_half():
+    from cleanrl_style.llm.sft import cross_entropy_loss
+
     logp = torch.tensor([[0.6, 0.45, 0.9, 0.2, 0.5]]).log()
-    loss, stats = rc_grpo.cross_entropy_loss(logp, {})
+    loss, stats = cross_entropy_loss(logp, {})
     torch.testing.assert_close(loss, -logp)
     # above 1/2 the target is the argmax; at exactly 1/2 it may tie, so it is not counted
     assert stats["token_accuracy_lower_bound"].tolist() == [[1.0, 0.0, 1.0, 0.0, 0.0]]

@@ -12,7 +12,8 @@ differing quality, which is what turn-level credit (TurnSight) needs to be teste
 
 Loss: cross-entropy on the assistant tokens only (content and closing end-of-turn token), averaged
 over all of a batch's assistant tokens; ``--epochs`` passes over the traces in batches of
-``--batch-size``, a fresh order each epoch. ``total_timesteps`` is filled in as the number of
+``--batch-size``, a fresh order each epoch (``supervised_steps``, which RC-GRPO's RCTP stage runs
+too, on its reward-conditioned data). ``total_timesteps`` is filled in as the number of
 optimizer steps. Held-out success is evaluated greedily every ``--eval-every`` steps and at the end
 (``--test-kinds`` holds whole python-math problem kinds out of training); the model is written to
 ``runs/<run>/model``, which ``--model`` of the agents then loads. Calibrate a warm start by the
@@ -117,6 +118,70 @@ def batch_order(count: int, batch_size: int, seed: int, step: int) -> list[int]:
     return order[batch * batch_size : (batch + 1) * batch_size]
 
 
+def supervised_steps(
+    run: Run,
+    setup: Any,
+    sequences: list[list[int]],
+    masks: list[list[bool]],
+    *,
+    batch_size: int,
+    epochs: int,
+    seed: int,
+    learning_rate: float,
+    micro_batch_size: int,
+    max_grad_norm: float,
+    precision: str,
+    eval_every: int = 0,
+    evaluate: Any = None,
+    epoch_metric: str = "",
+    first_step_metrics: dict[str, float] | None = None,
+    progress: WorkProgress | None = None,
+    label: str = "SFT",
+) -> int:
+    """``epochs`` passes of cross-entropy steps over ``sequences`` in batches of ``batch_size``
+    (``batch_order``), from ``setup.start_iteration`` (a resumed run goes on where it stopped): each
+    step logged, ``evaluate()``'s metrics every ``eval_every`` steps before the last, a checkpoint
+    when due and at the last. Returns the number of steps."""
+    total = epochs * math.ceil(len(sequences) / batch_size)
+    progress = progress or WorkProgress(enabled=False)
+    for step in range(setup.start_iteration, total + 1):
+        started, cpu_started = time.perf_counter(), time.process_time()
+        progress.prefix = f"{label} step {step}/{total}"
+        chosen = batch_order(len(sequences), batch_size, seed, step)
+        stats = gradient_step(
+            setup.policy,
+            setup.optimizer,
+            [sequences[i] for i in chosen],
+            [masks[i] for i in chosen],
+            setup.tokenizer.pad_token_id,
+            cross_entropy_loss,
+            micro_batch_size=micro_batch_size,
+            max_grad_norm=max_grad_norm,
+            aggregation="token",
+            precision=precision,
+            progress=progress,
+        )
+        metrics = {
+            "losses/sft_loss": stats["loss"],
+            "losses/token_accuracy_lower_bound": stats["token_accuracy_lower_bound"],
+            "losses/grad_norm": stats["grad_norm"],
+            "charts/learning_rate": learning_rate,
+            "time/iteration_seconds": time.perf_counter() - started,
+            "time/iteration_cpu_seconds": time.process_time() - cpu_started,
+        }
+        if epoch_metric:
+            metrics[epoch_metric] = (step - 1) // math.ceil(len(sequences) / batch_size)
+        if step == 1 and first_step_metrics:
+            metrics |= first_step_metrics
+        if eval_every and step % eval_every == 0 and step < total and evaluate is not None:
+            metrics |= evaluate()
+        run.log(step, metrics)
+        run.progress(step)
+        if run.checkpoint_due(step) or step == total:
+            save_policy_checkpoint(run, step, setup.policy, setup.optimizer)
+    return total
+
+
 def main(args: Args) -> None:
     family = args.task_family()
     episodes = expert_episodes(family, args.trajectories, args.seed, args.crash_first, args.silent_mistake)
@@ -137,43 +202,27 @@ def main(args: Args) -> None:
     )
     policy, tokenizer = setup.policy, setup.tokenizer
     sequences, masks = sft_dataset(episodes, tokenizer, args.max_tokens)
-    total = args.epochs * math.ceil(len(sequences) / args.batch_size)
     progress = WorkProgress(bar=args.progress_bar)
     successes = sum(reward >= 1.0 for _, reward in episodes)
-    print(f"SFT data: {len(sequences)} traces kept of {len(episodes)} ({successes} successful), {total} steps")
-    for step in range(setup.start_iteration, total + 1):
-        started, cpu_started = time.perf_counter(), time.process_time()
-        progress.prefix = f"SFT step {step}/{total}"
-        chosen = batch_order(len(sequences), args.batch_size, args.seed, step)
-        stats = gradient_step(
-            policy,
-            setup.optimizer,
-            [sequences[i] for i in chosen],
-            [masks[i] for i in chosen],
-            tokenizer.pad_token_id,
-            cross_entropy_loss,
-            micro_batch_size=args.micro_batch_size,
-            max_grad_norm=args.max_grad_norm,
-            aggregation="token",
-            precision=args.precision,
-            progress=progress,
-        )
-        metrics = {
-            "losses/sft_loss": stats["loss"],
-            "losses/token_accuracy_lower_bound": stats["token_accuracy_lower_bound"],
-            "losses/grad_norm": stats["grad_norm"],
-            "charts/learning_rate": args.learning_rate,
-            "time/iteration_seconds": time.perf_counter() - started,
-            "time/iteration_cpu_seconds": time.process_time() - cpu_started,
-        }
-        if args.eval_every and step % args.eval_every == 0 and step < total:
-            metrics |= evaluate_held_out(
-                policy, tokenizer, family, args.eval_episodes, args.eval_settings(), progress=progress
-            )
-        run.log(step, metrics)
-        run.progress(step)
-        if run.checkpoint_due(step) or step == total:
-            save_policy_checkpoint(run, step, policy, setup.optimizer)
+    print(f"SFT data: {len(sequences)} traces kept of {len(episodes)} ({successes} successful)")
+    total = supervised_steps(
+        run,
+        setup,
+        sequences,
+        masks,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        seed=args.seed,
+        learning_rate=args.learning_rate,
+        micro_batch_size=args.micro_batch_size,
+        max_grad_norm=args.max_grad_norm,
+        precision=args.precision,
+        eval_every=args.eval_every,
+        evaluate=lambda: evaluate_held_out(
+            policy, tokenizer, family, args.eval_episodes, args.eval_settings(), progress=progress
+        ),
+        progress=progress,
+    )
     finish(
         run,
         policy,
