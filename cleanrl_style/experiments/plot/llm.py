@@ -172,8 +172,8 @@ def paired_held_out_rows(runs: list[RunData], n_boot: int = 2000, seed: int = 0)
                 (ta, na), (tb, nb) = lines[a], lines[b]
                 if set(ta) != set(tb):
                     continue
-                tasks = sorted(ta)
-                diff = np.array([ta[t] - tb[t] for t in tasks])
+                task_ids = sorted(ta)
+                diff = np.array([ta[t] - tb[t] for t in task_ids])
                 rng = np.random.default_rng(seed)
                 boots = diff[rng.integers(0, len(diff), size=(n_boot, len(diff)))].mean(axis=1)
                 rows.append(
@@ -181,10 +181,10 @@ def paired_held_out_rows(runs: list[RunData], n_boot: int = 2000, seed: int = 0)
                         "env": env,
                         "a": a,
                         "b": b,
-                        "tasks": len(tasks),
+                        "tasks": len(task_ids),
                         "seeds a, b": f"{na}, {nb}",
-                        "success a": float(np.mean([ta[t] for t in tasks])),
-                        "success b": float(np.mean([tb[t] for t in tasks])),
+                        "success a": float(np.mean([ta[t] for t in task_ids])),
+                        "success b": float(np.mean([tb[t] for t in task_ids])),
                         "a - b": float(diff.mean()),
                         "95% bootstrap over tasks": f"[{np.percentile(boots, 2.5):.3f}, {np.percentile(boots, 97.5):.3f}]",
                         "tasks a > b": int((diff > 0).sum()),
