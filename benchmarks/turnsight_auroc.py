@@ -26,25 +26,13 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
 ERROR_MARKS = ("[exit code", "[killed:", "[not run", "[no output]", '"error"')
-
-
-def load_turnsight() -> Any:
-    spec = importlib.util.spec_from_file_location("agent_turnsight", ROOT / "agents" / "turnsight.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def turn_label(rollout: Any, k: int) -> bool:
@@ -116,12 +104,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
 
-    from cleanrl_style.llm.args import LLMRunArgs
+    from llm_rollout_throughput import load_agent  # benchmarks/ is on the path of a script run from it
+
     from cleanrl_style.llm.rollout import collect_groups
     from cleanrl_style.llm.tokens import batched_logprobs
     from cleanrl_style.llm.train import build_policy, sample_groups
 
-    turnsight = load_turnsight()
+    turnsight = load_agent("turnsight")
     ts_args = turnsight.Args(
         env=args.env,
         model=args.model,
@@ -132,7 +121,6 @@ def main() -> None:
         precision=args.precision,
         group_size=args.group_size,
     )
-    assert isinstance(ts_args, LLMRunArgs)
     setup = build_policy(args.model, "cpu", 0.0, with_reference=False)
     policy, tokenizer = setup.policy, setup.tokenizer
     family = ts_args.task_family()

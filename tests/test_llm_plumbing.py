@@ -698,3 +698,16 @@ def test_freed_memory_is_returned_to_the_system_under_glibc():
     if platform.libc_ver()[0] != "glibc":
         pytest.skip("the setting is glibc's")
     assert return_freed_memory_to_the_system() is True
+
+
+def test_held_out_evaluation_in_batches_gives_the_episodes_of_one_batch_and_records_each(tokenizer, tiny, family, tmp_path):
+    from cleanrl_style.llm.rollout import evaluate_held_out
+
+    whole = evaluate_held_out(tiny, tokenizer, family, 5, settings(), batch_size=32, record=tmp_path / "a.csv", step=3)
+    split = evaluate_held_out(tiny, tokenizer, family, 5, settings(), batch_size=2, record=tmp_path / "b.csv", step=3)
+    rows_a = (tmp_path / "a.csv").read_text().splitlines()
+    rows_b = (tmp_path / "b.csv").read_text().splitlines()
+    assert rows_a == rows_b and len(rows_a) == 6  # a header and one row per task, in task order
+    assert rows_a[0] == "step,suffix,task_id,reward,turns,cut" and rows_a[1].startswith(f"3,,{family.test_ids[0]},")
+    assert whole["charts/test_success_rate"] == split["charts/test_success_rate"]
+    assert whole["eval/turns_per_episode"] == split["eval/turns_per_episode"]

@@ -404,8 +404,9 @@ def evaluate_held_out(
     step: int = 0,
 ) -> dict[str, float]:
     """Greedy episodes on the first ``num_episodes`` test-split tasks of ``family`` (the same ones
-    every time), ``batch_size`` at once, as the metrics the agents log: ``charts/test_success_rate``, ``eval/*`` and its wall
-    and CPU seconds (``time/eval_seconds``, ``time/eval_cpu_seconds``).
+    every time), ``batch_size`` at once, as the metrics the agents log: ``charts/test_success_rate``,
+    ``eval/*`` and its wall and CPU seconds (``time/eval_seconds``, ``time/eval_cpu_seconds``). With
+    ``record``, each episode's outcome is appended there at ``step`` (``append_held_out_outcomes``).
 
     Raises:
         ValueError: the family's test split has fewer tasks than asked for.
