@@ -19,7 +19,11 @@ episodes sampled from the starting model itself (``--rctp-on-policy N``: its own
 behaviour the low token should name), labelled by their actual reward, shuffled and mixed 1:1
 successful/failed. A reward-goal token is appended to the first
 user message: ``<|high_reward|>`` on successes, ``<|low_reward|>`` on failures; both are added to
-the tokenizer as special tokens (new embedding rows start at the mean embedding). Loss:
+the tokenizer as special tokens whose embeddings start at those of the words `` success`` and
+`` failure`` (``--token-init words``). With transformers' default, the mean embedding for both
+(``--token-init mean``), the two rows of SmolLM2-135M differ by 1e-4 in norm against row norms of
+about 3, and 16 Adam steps at lr 5e-5 move each coordinate by at most 8e-4: after one RCTP epoch
+the model still cannot tell the tokens apart. Loss:
 cross-entropy on the assistant tokens only (content and closing end-of-turn token), averaged over
 all of them. Paper settings as defaults: lr 1e-5, batch 16, 5 epochs. ``total_timesteps`` is
 filled in as the number of optimizer steps (epochs x batches). The model is written to
@@ -89,6 +93,8 @@ from cleanrl_style.llm.train import (
 )
 
 HIGH_REWARD, LOW_REWARD = "<|high_reward|>", "<|low_reward|>"
+REWARD_TOKEN_WORDS = {HIGH_REWARD: " success", LOW_REWARD: " failure"}
+"""``--token-init words``: the text whose embedding each reward token starts from"""
 
 
 @dataclass
@@ -97,6 +103,9 @@ class Args(LLMRunArgs):
     """rctp (stage 1: reward-conditioned fine-tuning) or rl (stage 2: RC-GRPO)"""
     token_separator: str = " "
     """text between the first user message and its reward token"""
+    token_init: Literal["words", "mean"] = "words"
+    """words: the reward tokens' embeddings start at those of ' success' and ' failure', so the model
+    tells them apart from the first step; mean: both start at the mean embedding (nearly equal)"""
     # ---- stage 1: RCTP
     learning_rate: float = 1e-5
     """AdamW learning rate of either stage (default: the paper's RCTP value, 1e-5; stage 2 may want less, such as 1e-6)"""
@@ -285,6 +294,7 @@ def run_rctp(args: Args, run: Run) -> None:
         lora_alpha=args.lora_alpha,
         gradient_checkpointing=args.gradient_checkpointing,
         special_tokens=(HIGH_REWARD, LOW_REWARD),
+        special_token_init=REWARD_TOKEN_WORDS if args.token_init == "words" else None,
         checkpoint=run.checkpoint,
     )
     policy, tokenizer = setup.policy, setup.tokenizer
@@ -369,6 +379,7 @@ def run_rc_grpo(args: Args, run: Run) -> None:
         lora_alpha=args.lora_alpha,
         gradient_checkpointing=args.gradient_checkpointing,
         special_tokens=(HIGH_REWARD, LOW_REWARD),
+        special_token_init=REWARD_TOKEN_WORDS if args.token_init == "words" else None,
         checkpoint=run.checkpoint,
     )
     policy, tokenizer = setup.policy, setup.tokenizer

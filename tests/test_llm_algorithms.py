@@ -215,6 +215,35 @@ def test_reward_tokens_are_added_as_single_special_tokens():
     assert add_special_tokens(model, tokenizer, [HIGH, LOW]) == ids  # adding again changes nothing
 
 
+def test_reward_tokens_start_at_their_words_embeddings_and_mean_resizing_leaves_them_alike():
+    tokenizer = build_tokenizer()
+    model = build_tiny_model(tokenizer)
+    words = {HIGH: " success", LOW: " failure"}
+    old = model.get_input_embeddings().weight.detach().clone()
+    high, low = add_special_tokens(model, tokenizer, [HIGH, LOW], init_text=words)
+    rows = model.get_input_embeddings().weight.detach()
+    for token_id, text in ((high, words[HIGH]), (low, words[LOW])):
+        source = tokenizer(text, add_special_tokens=False)["input_ids"]
+        torch.testing.assert_close(rows[token_id], old[source].mean(dim=0), rtol=0, atol=0)
+    assert torch.equal(rows[: old.shape[0]], old)  # the old vocabulary is untouched
+    assert words == rc_grpo.REWARD_TOKEN_WORDS and rc_grpo.Args().token_init == "words"
+
+    plain = build_tokenizer()
+    model = build_tiny_model(plain)
+    high, low = add_special_tokens(model, plain, [HIGH, LOW])  # transformers' mean resizing
+    rows = model.get_input_embeddings().weight.detach()
+    assert (rows[high] - rows[low]).norm() < 1e-3 * rows[: old.shape[0]].norm(dim=1).mean()
+
+
+def test_reward_token_initialisation_refuses_unknown_tokens_and_empty_text():
+    tokenizer = build_tokenizer()
+    model = build_tiny_model(tokenizer)
+    with pytest.raises(ValueError, match="not among the tokens added"):
+        add_special_tokens(model, tokenizer, [HIGH], init_text={LOW: " failure"})
+    with pytest.raises(ValueError, match="has no tokens"):
+        add_special_tokens(model, tokenizer, [HIGH], init_text={HIGH: ""})
+
+
 def test_rctp_data_is_one_to_one_and_each_token_sits_in_the_first_user_message(tasks):
     tokenizer = build_tokenizer()  # a fresh one: adding tokens changes it
     model = build_tiny_model(tokenizer)

@@ -23,6 +23,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -189,18 +190,37 @@ def generation_precision(choice: str, training_precision: str) -> str:
     return choice
 
 
-def add_special_tokens(model: Any, tokenizer: Any, tokens: list[str]) -> list[int]:
+def add_special_tokens(model: Any, tokenizer: Any, tokens: list[str], init_text: Mapping[str, str] | None = None) -> list[int]:
     """Add ``tokens`` to the tokenizer as special tokens (never split) and grow the embeddings.
 
     New rows are initialized to the mean of the existing embeddings (transformers' mean resizing),
-    so the model's behaviour does not jump before they are trained. Tokens already present are
-    left alone. Returns the tokens' ids.
+    so the model's behaviour does not jump before they are trained; all such rows start nearly
+    equal, so the model cannot tell the new tokens apart until training has moved them. A token
+    named in ``init_text`` starts instead at the mean input embedding of that text's tokens (for
+    example ``<|low_reward|>`` at `` failure``): distinct from the first step, and with the
+    text's meaning. Tokens already present are left alone. Returns the tokens' ids.
+
+    Raises:
+        ValueError: ``init_text`` names a token not in ``tokens``, or a text with no tokens.
     """
+    import torch
+
+    init_text = dict(init_text or {})
+    if unknown := sorted(set(init_text) - set(tokens)):
+        raise ValueError(f"init_text names {unknown}, which are not among the tokens added ({tokens})")
+    sources = {token: tokenizer(text, add_special_tokens=False)["input_ids"] for token, text in init_text.items()}
+    if empty := [token for token, ids in sources.items() if not ids]:
+        raise ValueError(f"init_text for {empty} has no tokens; give each a word or phrase")
     missing = [t for t in tokens if t not in tokenizer.get_vocab()]
     if missing:
         tokenizer.add_special_tokens({"additional_special_tokens": missing}, replace_extra_special_tokens=False)
         if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
             model.resize_token_embeddings(len(tokenizer), mean_resizing=True)
+        embeddings = model.get_input_embeddings().weight
+        with torch.no_grad():
+            for token in missing:
+                if token in sources:
+                    embeddings[tokenizer.convert_tokens_to_ids(token)] = embeddings[sources[token]].mean(dim=0)
     return tokenizer.convert_tokens_to_ids(tokens)
 
 

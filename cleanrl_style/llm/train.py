@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,11 +96,13 @@ def build_policy(
     lora_rank: int = 0,
     lora_alpha: float = 32.0,
     special_tokens: Sequence[str] = (),
+    special_token_init: Mapping[str, str] | None = None,
     checkpoint: dict[str, Any] | None = None,
     with_reference: bool = True,
     gradient_checkpointing: bool = False,
 ) -> PolicySetup:
-    """Load ``model`` (empty: the offline SmolLM2), add ``special_tokens``, wrap with LoRA if
+    """Load ``model`` (empty: the offline SmolLM2), add ``special_tokens`` (a token named in
+    ``special_token_init`` starts at the embedding of that text: ``add_special_tokens``), wrap with LoRA if
     ``lora_rank`` > 0, make the reference and an AdamW optimizer, restore ``checkpoint`` if given.
 
     ``gradient_checkpointing`` recomputes each decoder layer's activations in the backward pass
@@ -115,7 +117,7 @@ def build_policy(
     """
     return_freed_memory_to_the_system()
     policy, tokenizer = load_causal_lm(model or None, device=device, dtype=torch.float32)
-    token_ids = add_special_tokens(policy, tokenizer, list(special_tokens)) if special_tokens else []
+    token_ids = add_special_tokens(policy, tokenizer, list(special_tokens), special_token_init) if special_tokens else []
     reference = None
     if lora_rank > 0:
         policy = add_lora(policy, lora_rank, lora_alpha, trainable_token_ids=token_ids or None)
