@@ -15,7 +15,9 @@ every turn passed, else 0 (reward is 0 on all other steps). ``max_steps_per_turn
 messages in one turn truncate the episode (reward 0).
 
 Bad input never raises: malformed calls, unknown or withheld tools, invalid arguments and tools
-refusing a call all produce an error tool message, and ``info["errors"]`` counts them by kind.
+refusing a call all produce an error tool message, and ``info["errors"]`` counts them by kind. A
+message longer than ``action_space.max_length`` characters is cut to that length before it is read
+or stored (counted as ``too_long``): a call past the cut is not seen.
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ class ToolUseEnv(gym.Env):
     """
 
     metadata = {"render_modes": ["ansi"]}
+    action_space: MessageSpace
 
     def __init__(
         self,
@@ -257,6 +260,10 @@ class ToolUseEnv(gym.Env):
             raise RuntimeError("the episode is over; call reset()")
         if not isinstance(action, str):  # still no crash for a wrong type: treat it as text
             action = str(action)
+        if len(action) > self.action_space.max_length:
+            # Cut before anything reads it, as a generation limit would; counted, not raised.
+            action = action[: self.action_space.max_length]
+            self.errors["too_long"] += 1
         self.messages.append({"role": "assistant", "content": action})
         info_extra: dict[str, Any] = {}
         terminated = truncated = False

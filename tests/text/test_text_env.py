@@ -108,6 +108,20 @@ def test_non_string_and_huge_actions_do_not_crash():
     env.step('<tool_call>{"name": "deposit", "arguments": {"account": "checking", "amount": ' + "9" * 5000 + "}}</tool_call>")
 
 
+def test_a_message_past_the_length_limit_is_cut_before_it_is_read_and_counted():
+    env = _bank_env()
+    env.reset(seed=0)
+    limit = env.action_space.max_length
+    call = '<tool_call>{"name": "list_accounts", "arguments": {}}</tool_call>'
+    messages, _, _, _, info = env.step(" " * limit + call)  # the whole call past the cut: never run
+    sent = [m for m in messages if m["role"] == "assistant"]
+    assert len(sent) == 1 and sent[0]["content"] == " " * limit and env.action_space.contains(sent[0]["content"])
+    assert not any(m["role"] == "tool" for m in messages) and info["errors"] == {"too_long": 1}
+    env.reset(seed=0)
+    messages, _, _, _, info = env.step(call.rjust(limit))  # exactly at the limit: read whole
+    assert messages[-1]["role"] == "tool" and "result" in json.loads(messages[-1]["content"]) and info["errors"] == {}
+
+
 def test_step_limit_per_turn_truncates_with_zero_reward():
     env = _bank_env(max_steps_per_turn=3)
     env.reset(seed=0)
