@@ -135,6 +135,8 @@ if __name__ == "__main__":
         lora_alpha=args.lora_alpha,
         gradient_checkpointing=args.gradient_checkpointing,
         checkpoint=run.checkpoint,
+        run_dir=run.dir,
+        with_reference=args.kl_coef > 0,  # no KL term: no frozen copy in memory
     )
     policy, tokenizer = setup.policy, setup.tokenizer
     family, settings, eval_settings = args.task_family(), args.rollout_settings(), args.eval_settings()

@@ -296,6 +296,8 @@ def run_rctp(args: Args, run: Run) -> None:
         special_tokens=(HIGH_REWARD, LOW_REWARD),
         special_token_init=REWARD_TOKEN_WORDS if args.token_init == "words" else None,
         checkpoint=run.checkpoint,
+        run_dir=run.dir,
+        with_reference=False,  # RCTP is supervised: no KL term, no frozen copy in memory
     )
     policy, tokenizer = setup.policy, setup.tokenizer
     family, eval_settings = args.task_family(), args.eval_settings()
@@ -381,6 +383,8 @@ def run_rc_grpo(args: Args, run: Run) -> None:
         special_tokens=(HIGH_REWARD, LOW_REWARD),
         special_token_init=REWARD_TOKEN_WORDS if args.token_init == "words" else None,
         checkpoint=run.checkpoint,
+        run_dir=run.dir,
+        with_reference=args.kl_coef > 0,  # no KL term: no frozen copy in memory
     )
     policy, tokenizer = setup.policy, setup.tokenizer
     family, settings, eval_settings = args.task_family(), args.rollout_settings(), args.eval_settings()

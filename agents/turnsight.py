@@ -330,6 +330,7 @@ if __name__ == "__main__":
         lora_alpha=args.lora_alpha,
         gradient_checkpointing=args.gradient_checkpointing,
         checkpoint=run.checkpoint,
+        run_dir=run.dir,
         with_reference=args.kl_coef > 0 or args.teacher == "initial",
     )
     policy, tokenizer = setup.policy, setup.tokenizer

@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 
@@ -125,6 +126,34 @@ def test_agent_survives_a_kill_and_resumes_to_the_end(agent, flags, tiny_model_d
     assert progress_steps(run_dir, "charts/test_success_rate") == [2]
     assert load_checkpoint(run_dir)["iteration"] == 2
     assert (run_dir / "model" / "config.json").exists()
+
+
+@pytest.mark.slow
+def test_a_finished_full_fine_tune_keeps_one_copy_of_its_weights_and_resumes_from_its_model_folder(tiny_model_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    common = ("--env", "tools:bank", "--model", str(tiny_model_dir), "--group-size", "2", "--groups-per-step", "2", *SMALL)
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run_agent("grpo", *common, "--total-timesteps", "2", run_dir=straight)
+    run_agent("grpo", *common, "--total-timesteps", "1", run_dir=resumed)
+    checkpoint = load_checkpoint(resumed)
+    assert checkpoint["policy"] == "model" and checkpoint["iteration"] == 1 and checkpoint["optimizer"]["state"]
+    assert not (resumed / "checkpoint.prev.pt").exists()  # no second full copy either
+    run_agent("grpo", "--resume", str(resumed), "--total-timesteps", "2", "--no-progress-bar", runs_root=tmp_path)
+    assert load_checkpoint(resumed)["policy"] == "model" and load_checkpoint(resumed)["iteration"] == 2
+    assert progress_steps(resumed, "charts/zero_variance_fraction") == [1, 2]
+    # the resumed run trained on from iteration 1's weights (read from the folder): the same model as the straight run
+    a, b = (load_file(run / "model" / "model.safetensors") for run in (straight, resumed))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_checkpoint_whose_model_folder_is_gone_is_refused_by_name(tmp_path):
+    from cleanrl_style.llm.train import policy_weights
+    from cleanrl_style.runs.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match="model folder .*missing"):
+        policy_weights({"policy": "model"}, tmp_path)
+    assert policy_weights({"policy": {"w": torch.ones(1)}}, tmp_path)["w"].item() == 1.0
 
 
 @pytest.mark.slow

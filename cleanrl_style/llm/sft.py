@@ -198,6 +198,7 @@ def main(args: Args) -> None:
         lora_alpha=args.lora_alpha,
         gradient_checkpointing=args.gradient_checkpointing,
         checkpoint=run.checkpoint,
+        run_dir=run.dir,
         with_reference=False,
     )
     policy, tokenizer = setup.policy, setup.tokenizer

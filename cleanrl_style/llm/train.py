@@ -21,6 +21,7 @@ import copy
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,6 +30,7 @@ from cleanrl_style.llm.model import add_lora, add_special_tokens, load_causal_lm
 from cleanrl_style.llm.progress import WorkProgress
 from cleanrl_style.llm.rollout import RolloutSettings, evaluate_held_out, rollout_stats
 from cleanrl_style.llm.tokens import TokenLoss, batched_logprobs, gradient_step
+from cleanrl_style.runs.checkpoint import CHECKPOINT_NAME, PREVIOUS_NAME, CheckpointError, load_checkpoint, save_checkpoint
 
 
 @dataclass
@@ -51,6 +53,8 @@ def trainable_state(model: Any) -> dict[str, torch.Tensor]:
     return model.state_dict()
 
 
+MODEL_FOLDER = "model"
+"""``<run>/model``: the exported model, and a finished full fine-tune's weights (``export_model``)"""
 HELD_OUT_FILE = "held_out.csv"
 """each final held-out episode's outcome, one row per task (``rollout.HELD_OUT_COLUMNS``)"""
 MMAP_THRESHOLD_BYTES = 1 << 20
@@ -98,6 +102,7 @@ def build_policy(
     special_tokens: Sequence[str] = (),
     special_token_init: Mapping[str, str] | None = None,
     checkpoint: dict[str, Any] | None = None,
+    run_dir: Path | None = None,
     with_reference: bool = True,
     gradient_checkpointing: bool = False,
 ) -> PolicySetup:
@@ -112,8 +117,12 @@ def build_policy(
     memory) for a run that never reads the reference (no KL term); with LoRA the reference is the
     adapter-free base either way.
 
+    A finished full fine-tune's checkpoint holds no weights but names its model folder in
+    ``run_dir`` (``export_model``); the weights are read from there.
+
     Raises:
         RuntimeError: the checkpoint's weights do not fit the model.
+        CheckpointError: the checkpoint names a model folder that is not there.
     """
     return_freed_memory_to_the_system()
     policy, tokenizer = load_causal_lm(model or None, device=device, dtype=torch.float32)
@@ -129,7 +138,7 @@ def build_policy(
     optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=weight_decay)
     start_iteration = 1
     if checkpoint is not None:
-        missing = policy.load_state_dict(checkpoint["policy"], strict=False)
+        missing = policy.load_state_dict(policy_weights(checkpoint, run_dir), strict=False)
         if lora_rank == 0 and (missing.missing_keys or missing.unexpected_keys):
             raise RuntimeError(f"checkpoint does not match the model: {missing}")
         optimizer.load_state_dict(checkpoint["optimizer"])
@@ -158,13 +167,46 @@ def reference_logprobs(
         return batched_logprobs(policy, sequences, masks, pad_id, micro_batch_size, **kwargs)
 
 
+def policy_weights(checkpoint: dict[str, Any], run_dir: Path | None) -> dict[str, torch.Tensor]:
+    """The checkpoint's policy state dict, read from the run's model folder when the checkpoint
+    names that folder instead of holding the weights (``export_model``)."""
+    weights = checkpoint["policy"]
+    if not isinstance(weights, str):
+        return weights
+    folder = (run_dir or Path(".")) / weights
+    if not (folder / "config.json").exists():
+        raise CheckpointError(
+            f"this checkpoint keeps its weights in the run's model folder {folder}, which is missing or incomplete: "
+            "restore that folder (or start a new run)"
+        )
+    model, _ = load_causal_lm(str(folder), dtype=torch.float32)
+    return model.state_dict()
+
+
 def save_policy_checkpoint(run: Any, iteration: int, policy: Any, optimizer: torch.optim.Optimizer, **extra: Any) -> None:
     run.save(iteration, iteration=iteration, policy=trainable_state(policy), optimizer=optimizer.state_dict(), **extra)
 
 
 def export_model(run: Any, policy: Any, tokenizer: Any) -> None:
-    """Write ``<run>/model``, an ordinary transformers folder (LoRA merged) for ``--model`` of a later stage."""
-    save_model_folder(policy, tokenizer, run.dir / "model")
+    """Write ``<run>/model``, an ordinary transformers folder (LoRA merged) for ``--model`` of a later stage.
+
+    For a full fine-tune the run's checkpoint then names that folder in place of its own copy of
+    the weights (its optimizer state, step and RNG stay), and the previous checkpoint (another full
+    copy) is removed, so a finished run keeps one copy of the model on disk; ``build_policy`` reads
+    the weights back from the folder on resume. A LoRA run's checkpoint holds only the adapters
+    and is left as it is.
+    """
+    folder = save_model_folder(policy, tokenizer, run.dir / MODEL_FOLDER)
+    path = run.dir / CHECKPOINT_NAME
+    if hasattr(policy, "peft_config") or not path.exists():
+        return
+    state = load_checkpoint(path, mmap=True)  # the weights left unread; the rest is copied over
+    if isinstance(state["policy"], str):
+        return
+    state["policy"] = folder.name
+    save_checkpoint(path, state, keep_previous=False)
+    # the checkpoint before it held a second full copy; the model folder is the weights now
+    (run.dir / PREVIOUS_NAME).unlink(missing_ok=True)
 
 
 def sample_groups(task_ids: Sequence[int], num_groups: int, seed: int, iteration: int) -> list[int]:

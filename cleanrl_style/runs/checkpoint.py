@@ -57,8 +57,9 @@ class _HashingWriter:
         self.file.flush()
 
 
-def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
-    """Write ``state`` with ``torch.save`` and a content hash, atomically; keep the one it replaces.
+def save_checkpoint(path: str | os.PathLike, state: dict[str, Any], keep_previous: bool = True) -> None:
+    """Write ``state`` with ``torch.save`` and a content hash, atomically; keep the one it replaces
+    (unless ``keep_previous`` is False).
 
     A run killed mid-write leaves the previous checkpoint intact, never a truncated one.
     """
@@ -72,7 +73,7 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
             f.write(b"\n#cleanrl-style-checkpoint sha256=%s size=%d\n" % (writer.sha256.hexdigest().encode(), writer.size))
             f.flush()
             os.fsync(f.fileno())
-        if path.exists():
+        if path.exists() and keep_previous:
             _keep_previous(path)
         os.replace(tmp, path)
     except BaseException:
@@ -146,9 +147,15 @@ _UNSUPPORTED = re.compile(r"(?:unsupported|Unsupported global:) GLOBAL ([\w.]+)"
 
 
 def load_checkpoint(
-    path: str | os.PathLike, map_location: str | torch.device = "cpu", verify: bool = True, trust: bool = False
+    path: str | os.PathLike,
+    map_location: str | torch.device = "cpu",
+    verify: bool = True,
+    trust: bool = False,
+    mmap: bool = False,
 ) -> dict[str, Any]:
     """Load a checkpoint (a run folder or the file) after checking its content hash.
+
+    ``mmap`` maps the tensors' bytes from the file instead of reading them into memory.
 
     The file is unpickled with ``weights_only=True``: tensors, plain data and the NumPy types of
     :func:`_allowed_globals`, never a callable that the file names. The hash proves the bytes are
@@ -184,10 +191,10 @@ def load_checkpoint(
                 ) from None
             raise
     if trust:
-        return torch.load(path, map_location=map_location, weights_only=False)
+        return torch.load(path, map_location=map_location, weights_only=False, mmap=mmap)
     try:
         with torch.serialization.safe_globals(_allowed_globals()):
-            return torch.load(path, map_location=map_location, weights_only=True)
+            return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as error:
         named = _UNSUPPORTED.search(str(error))
         what = named.group(1) if named else "an object torch.load refuses with weights_only=True"
