@@ -22,7 +22,7 @@ user message: ``<|high_reward|>`` on successes, ``<|low_reward|>`` on failures; 
 the tokenizer as special tokens whose embeddings start at those of the words `` success`` and
 `` failure`` (``--token-init words``). With transformers' default, the mean embedding for both
 (``--token-init mean``), the two rows of SmolLM2-135M differ by 1e-4 in norm against row norms of
-about 3, and 16 Adam steps at lr 5e-5 move each coordinate by at most 8e-4: after one RCTP epoch
+about 3, and 17 Adam steps at lr 5e-5 move each coordinate by at most 8.5e-4: after one RCTP epoch
 the model still cannot tell the tokens apart. Loss:
 cross-entropy on the assistant tokens only (content and closing end-of-turn token), averaged over
 all of them. Paper settings as defaults: lr 1e-5, batch 16, 5 epochs. ``total_timesteps`` is
