@@ -134,8 +134,7 @@ if __name__ == "__main__":
         lora_rank=args.lora_rank,
         lora_alpha=args.lora_alpha,
         gradient_checkpointing=args.gradient_checkpointing,
-        checkpoint=run.checkpoint,
-        run_dir=run.dir,
+        run=run,
         with_reference=args.kl_coef > 0,  # no KL term: no frozen copy in memory
     )
     policy, tokenizer = setup.policy, setup.tokenizer

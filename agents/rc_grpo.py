@@ -143,6 +143,10 @@ class Args(LLMRunArgs):
     save_model: bool = True
     """write runs/<run>/model at the end"""
 
+    def reward_token_init(self) -> dict[str, str] | None:
+        """What each reward token's embedding starts from (``add_special_tokens``' init_text)."""
+        return REWARD_TOKEN_WORDS if self.token_init == "words" else None
+
     def validate(self) -> None:
         check_range("p_high", self.p_high, 0, 1)  # a share of each group
         require(
@@ -294,9 +298,8 @@ def run_rctp(args: Args, run: Run) -> None:
         lora_alpha=args.lora_alpha,
         gradient_checkpointing=args.gradient_checkpointing,
         special_tokens=(HIGH_REWARD, LOW_REWARD),
-        special_token_init=REWARD_TOKEN_WORDS if args.token_init == "words" else None,
-        checkpoint=run.checkpoint,
-        run_dir=run.dir,
+        special_token_init=args.reward_token_init(),
+        run=run,
         with_reference=False,  # RCTP is supervised: no KL term, no frozen copy in memory
     )
     policy, tokenizer = setup.policy, setup.tokenizer
@@ -381,9 +384,8 @@ def run_rc_grpo(args: Args, run: Run) -> None:
         lora_alpha=args.lora_alpha,
         gradient_checkpointing=args.gradient_checkpointing,
         special_tokens=(HIGH_REWARD, LOW_REWARD),
-        special_token_init=REWARD_TOKEN_WORDS if args.token_init == "words" else None,
-        checkpoint=run.checkpoint,
-        run_dir=run.dir,
+        special_token_init=args.reward_token_init(),
+        run=run,
         with_reference=args.kl_coef > 0,  # no KL term: no frozen copy in memory
     )
     policy, tokenizer = setup.policy, setup.tokenizer

@@ -197,8 +197,7 @@ def main(args: Args) -> None:
         lora_rank=args.lora_rank,
         lora_alpha=args.lora_alpha,
         gradient_checkpointing=args.gradient_checkpointing,
-        checkpoint=run.checkpoint,
-        run_dir=run.dir,
+        run=run,
         with_reference=False,
     )
     policy, tokenizer = setup.policy, setup.tokenizer

@@ -1,12 +1,12 @@
 """Setting up, checkpointing and exporting a language-model policy, and the loop helpers the LLM agents share.
 
-    setup = build_policy(model="", device="cpu", learning_rate=1e-6, checkpoint=run.checkpoint)
+    setup = build_policy(model="", device="cpu", learning_rate=1e-6, run=run)
     setup.policy, setup.tokenizer, setup.reference, setup.optimizer, setup.start_iteration
     ref = reference_logprobs(setup.policy, setup.reference, sequences, masks, pad_id, micro_batch_size=4)
     losses = policy_update(setup, sequences, masks, advantages, loss_fn, kl_coef=0.1, update_epochs=1,
                            micro_batch_size=4, max_grad_norm=1.0, aggregation="sequence", temperature=1.0, precision="fp32")
     save_policy_checkpoint(run, iteration, setup.policy, setup.optimizer)
-    export_model(run, setup.policy, setup.tokenizer)    # runs/<run>/model: a folder --model accepts
+    export_model(run, setup.policy, setup.tokenizer, step=iteration)    # runs/<run>/model: a folder --model accepts
 
 The reference is the model the run started from (the initial policy for GRPO and TurnSight's
 ``--teacher initial``, the RCTP model for RC-GRPO): a frozen copy, or with LoRA the base model itself with the
@@ -101,14 +101,14 @@ def build_policy(
     lora_alpha: float = 32.0,
     special_tokens: Sequence[str] = (),
     special_token_init: Mapping[str, str] | None = None,
-    checkpoint: dict[str, Any] | None = None,
-    run_dir: Path | None = None,
+    run: Any = None,
     with_reference: bool = True,
     gradient_checkpointing: bool = False,
 ) -> PolicySetup:
     """Load ``model`` (empty: the offline SmolLM2), add ``special_tokens`` (a token named in
     ``special_token_init`` starts at the embedding of that text: ``add_special_tokens``), wrap with LoRA if
-    ``lora_rank`` > 0, make the reference and an AdamW optimizer, restore ``checkpoint`` if given.
+    ``lora_rank`` > 0, make the reference and an AdamW optimizer, and restore ``run.checkpoint``
+    when ``run`` (a ``Run``) resumes one.
 
     ``gradient_checkpointing`` recomputes each decoder layer's activations in the backward pass
     instead of keeping them (transformers' ``gradient_checkpointing_enable``, non-reentrant).
@@ -118,7 +118,7 @@ def build_policy(
     adapter-free base either way.
 
     A finished full fine-tune's checkpoint holds no weights but names its model folder in
-    ``run_dir`` (``export_model``); the weights are read from there.
+    ``run.dir`` (``export_model``); the weights are read from there.
 
     Raises:
         RuntimeError: the checkpoint's weights do not fit the model.
@@ -137,8 +137,9 @@ def build_policy(
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=weight_decay)
     start_iteration = 1
+    checkpoint = run.checkpoint if run is not None else None
     if checkpoint is not None:
-        missing = policy.load_state_dict(policy_weights(checkpoint, run_dir), strict=False)
+        missing = policy.load_state_dict(policy_weights(checkpoint, run.dir), strict=False)
         if lora_rank == 0 and (missing.missing_keys or missing.unexpected_keys):
             raise RuntimeError(f"checkpoint does not match the model: {missing}")
         optimizer.load_state_dict(checkpoint["optimizer"])
@@ -167,13 +168,13 @@ def reference_logprobs(
         return batched_logprobs(policy, sequences, masks, pad_id, micro_batch_size, **kwargs)
 
 
-def policy_weights(checkpoint: dict[str, Any], run_dir: Path | None) -> dict[str, torch.Tensor]:
+def policy_weights(checkpoint: dict[str, Any], run_dir: Path) -> dict[str, torch.Tensor]:
     """The checkpoint's policy state dict, read from the run's model folder when the checkpoint
     names that folder instead of holding the weights (``export_model``)."""
     weights = checkpoint["policy"]
     if not isinstance(weights, str):
         return weights
-    folder = (run_dir or Path(".")) / weights
+    folder = run_dir / weights
     if not (folder / "config.json").exists():
         raise CheckpointError(
             f"this checkpoint keeps its weights in the run's model folder {folder}, which is missing or incomplete: "
@@ -187,22 +188,23 @@ def save_policy_checkpoint(run: Any, iteration: int, policy: Any, optimizer: tor
     run.save(iteration, iteration=iteration, policy=trainable_state(policy), optimizer=optimizer.state_dict(), **extra)
 
 
-def export_model(run: Any, policy: Any, tokenizer: Any) -> None:
+def export_model(run: Any, policy: Any, tokenizer: Any, step: int | None = None) -> None:
     """Write ``<run>/model``, an ordinary transformers folder (LoRA merged) for ``--model`` of a later stage.
 
     For a full fine-tune the run's checkpoint then names that folder in place of its own copy of
     the weights (its optimizer state, step and RNG stay), and the previous checkpoint (another full
     copy) is removed, so a finished run keeps one copy of the model on disk; ``build_policy`` reads
-    the weights back from the folder on resume. A LoRA run's checkpoint holds only the adapters
-    and is left as it is.
+    the weights back from the folder on resume; only a checkpoint of ``step``, the step the exported
+    weights are from, is rewritten so. A LoRA run's checkpoint holds only the adapters and is left
+    as it is.
     """
     folder = save_model_folder(policy, tokenizer, run.dir / MODEL_FOLDER)
     path = run.dir / CHECKPOINT_NAME
     if hasattr(policy, "peft_config") or not path.exists():
         return
     state = load_checkpoint(path, mmap=True)  # the weights left unread; the rest is copied over
-    if isinstance(state["policy"], str):
-        return
+    if isinstance(state["policy"], str) or state["global_step"] != step:
+        return  # already pointing there, or from another step than these weights
     state["policy"] = folder.name
     save_checkpoint(path, state, keep_previous=False)
     # the checkpoint before it held a second full copy; the model folder is the weights now
@@ -336,5 +338,5 @@ def finish(
         suffix = f" (conditioned on {first_user_suffix.strip()})" if first_user_suffix else ""
         print(f"held-out success over {eval_episodes} tasks{suffix}: {metrics['charts/test_success_rate']:.3f}")
     if save_model and final_step > 0:
-        export_model(run, policy, tokenizer)
+        export_model(run, policy, tokenizer, step=final_step)
     run.close()
