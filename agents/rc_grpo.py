@@ -64,7 +64,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import tyro
@@ -109,6 +109,9 @@ class Args(LLMRunArgs):
     # ---- stage 1: RCTP
     learning_rate: float = 1e-5
     """AdamW learning rate of either stage (default: the paper's RCTP value, 1e-5; stage 2 may want less, such as 1e-6)"""
+    # RCTP's batches follow from the step number alone (sft.batch_order), so a resume with more
+    # --rctp-epochs continues exactly as a run asked for them from the start would have.
+    resume_may_change: ClassVar[frozenset[str]] = LLMRunArgs.resume_may_change | {"rctp_epochs"}
     rctp_trajectories: int = 256
     """trajectories generated for the RCTP data set (then balanced 1:1 successful/failed)"""
     rctp_batch_size: int = 16

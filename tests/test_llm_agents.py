@@ -266,3 +266,25 @@ def test_sft_warm_start_writes_a_model_the_agents_load(tiny_model_dir, tmp_path)
         *SMALL,
         run_dir=tmp_path / "grpo",
     )
+
+
+@pytest.mark.slow
+def test_a_finished_sft_run_resumed_with_more_epochs_ends_as_a_run_asked_for_them_from_the_start(tiny_model_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    def sft(*flags):
+        cmd = [sys.executable, "-m", "cleanrl_style.llm.sft", *flags, "--no-progress-bar"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    common = ["--env", "python-math", "--model", str(tiny_model_dir), "--trajectories", "6", "--batch-size", "4"]
+    common += ["--max-new-tokens", "4", "--max-assistant-messages", "2", "--eval-episodes", "0", "--micro-batch-size", "4"]
+    straight, extended = tmp_path / "straight", tmp_path / "extended"
+    sft(*common, "--epochs", "2", "--run-dir", str(straight))
+    sft(*common, "--epochs", "1", "--run-dir", str(extended))
+    assert progress_steps(extended, "losses/sft_loss") == [1, 2]
+    sft("--resume", str(extended), "--epochs", "2")  # batches follow from the step: epoch 2 as in the straight run
+    assert progress_steps(extended, "losses/sft_loss") == [1, 2, 3, 4]
+    assert progress_values(extended, "losses/sft_loss") == progress_values(straight, "losses/sft_loss")
+    a, b = (load_file(run / "model" / "model.safetensors") for run in (straight, extended))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

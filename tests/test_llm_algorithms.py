@@ -641,3 +641,13 @@ def test_sft_data_mixes_crashed_first_calls_and_keeps_traces_up_to_the_limit():
     assert len(sft_dataset(episodes, tokenizer, shortest)[0]) == sum(len(s) <= shortest for s in sequences)
     with pytest.raises(SystemExit, match="raise it"):
         sft_dataset(episodes, tokenizer, shortest - 1)
+
+
+def test_a_resume_may_add_supervised_epochs_and_nothing_else_that_shapes_the_data():
+    from cleanrl_style.llm import sft
+
+    # batches follow from the step number (sft.batch_order): more epochs extend a run exactly
+    assert "rctp_epochs" in rc_grpo.Args.resume_may_change and "epochs" in sft.Args.resume_may_change
+    for shaping in ("rctp_trajectories", "rctp_batch_size", "rctp_on_policy", "token_init", "learning_rate"):
+        assert shaping not in rc_grpo.Args.resume_may_change
+    assert not {"trajectories", "batch_size", "crash_first"} & sft.Args.resume_may_change

@@ -26,7 +26,7 @@ import math
 import random
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import tyro
@@ -56,6 +56,9 @@ class Args(LLMRunArgs):
     """traces per optimizer step"""
     epochs: int = 1
     """passes over the traces"""
+    # Batches follow from the step number alone (batch_order): a resume with more --epochs continues
+    # exactly as a run asked for them from the start would have.
+    resume_may_change: ClassVar[frozenset[str]] = LLMRunArgs.resume_may_change | {"epochs"}
     max_tokens: int = 4096
     """drop traces longer than this many tokens"""
     save_model: bool = True
@@ -183,12 +186,12 @@ def supervised_steps(
 
 
 def main(args: Args) -> None:
-    family = args.task_family()
-    episodes = expert_episodes(family, args.trajectories, args.seed, args.crash_first, args.silent_mistake)
     if not args.resume:
         args.total_timesteps = args.epochs * math.ceil(args.trajectories / args.batch_size)  # at most; see below
     run = Run(args, agent_file=__file__)
-    args = run.args
+    args = run.args  # on --resume, the saved run's arguments: its data is rebuilt from them
+    family = args.task_family()
+    episodes = expert_episodes(family, args.trajectories, args.seed, args.crash_first, args.silent_mistake)
     setup = build_policy(
         args.model,
         args.device,
