@@ -169,3 +169,81 @@ def test_egl_is_chosen_only_where_libegl_is_installed(monkeypatch):
     assert default_gl_platform() == "egl"
     monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
     assert default_gl_platform() is None  # MUJOCO_GL=egl without libEGL breaks `import mujoco` itself
+
+
+# ----- task cycles ------------------------------------------------------------------------------------
+
+CYCLE = "dmc:walker-stand.walk.run-every2000"
+
+
+def test_a_task_cycle_runs_each_task_for_its_visit_in_turn_from_the_same_state_as_the_task_alone():
+    import gymnasium as gym
+
+    from envs.dmc import make_dmc_env
+
+    assert envs.resolve_env_id(CYCLE) == "dmc/walker-stand.walk.run-every2000-v0"
+    env = gym.make(envs.resolve_env_id(CYCLE))
+    alone = make_dmc_env("walker", "stand")
+    actions = np.random.default_rng(0).uniform(-1, 1, (1000, 6)).astype(np.float32)
+    obs, info = env.reset(seed=3)
+    expected, _ = alone.reset(seed=3)
+    np.testing.assert_array_equal(obs, expected)
+    assert (info["task"], info["visit"]) == ("stand", 0)
+    for action in actions[:50]:  # visit 0 is walker-stand itself: the same observations and rewards
+        obs, reward, *_ = env.step(action)
+        expected, expected_reward, *_ = alone.step(action)
+        np.testing.assert_array_equal(obs, expected)
+        assert reward == expected_reward
+    seen = []
+    env.reset()
+    for episode in range(7):
+        _, info = env.reset() if episode else (None, {"task": "stand", "visit": 0})
+        seen.append((info["task"], info["visit"]))
+        for step in range(1000):
+            _, _, terminated, truncated, step_info = env.step(actions[step])
+            assert step_info["task"] == info["task"]  # a switch never falls inside an episode
+        assert truncated and not terminated
+    # 2,000 steps per visit: two episodes each, then the cycle starts over
+    assert seen == [("stand", 0), ("stand", 0), ("walk", 1), ("walk", 1), ("run", 2), ("run", 2), ("stand", 3)]
+
+
+def test_a_visit_spans_its_steps_times_the_sub_environments():
+    from envs.dmc import cycle_visits
+
+    assert cycle_visits(CYCLE, 8) == (("stand", "walk", "run"), 16_000)
+    assert cycle_visits("dmc/walker-stand.walk.run-every2000-v0") == (("stand", "walk", "run"), 2000)
+    assert cycle_visits("dmc:walker-walk", 8) is None and cycle_visits("Hopper", 8) is None
+
+
+@pytest.mark.parametrize(
+    "env_id, message",
+    [
+        ("dmc:walker-stand.walk-every1500", "not a positive multiple of the 1000-step episode"),
+        ("dmc:walker-stand.walk", "Malformed DeepMind Control task cycle"),
+        ("dmc:walker-stand-every1000", "Malformed DeepMind Control task cycle"),
+        ("dmc:walker-stand.jog-every1000", "Unknown DeepMind Control task 'dmc:walker-jog'"),
+    ],
+)
+def test_a_malformed_task_cycle_is_refused_with_the_expected_form(env_id, message):
+    with pytest.raises(envs.UnknownEnvError, match=message) as error:
+        envs.resolve_env_id(env_id)
+    assert "walker-stand.walk.run-every25000" in str(error.value) or "Did you mean" in str(error.value)
+
+
+def test_a_cycle_of_tasks_with_different_observations_is_refused_by_name():
+    import gymnasium as gym
+
+    with pytest.raises(ValueError, match="finger-turn_easy has other observation or action spaces"):
+        gym.make(envs.resolve_env_id("dmc:finger-spin.turn_easy-every1000"))
+
+
+def test_ppo_on_a_task_cycle_logs_a_return_in_every_visit(tmp_path):
+    from cleanrl_style.experiments.plot import load_runs, visit_returns
+
+    run_dir = tmp_path / "run"
+    flags = ["--env", "dmc:walker-stand.walk-every2000", "--num-envs", "1", "--num-steps", "250", "--num-minibatches", "2"]
+    run_agent("ppo_nap", *flags, "--update-epochs", "1", "--total-timesteps", "8000", "--eval-episodes", "0", run_dir=run_dir)
+    # stand, walk, stand, walk: 2,000 steps each; an episode of each visit ends in its last quarter
+    returns = visit_returns(load_runs([run_dir])[0])
+    assert len(returns) == 4 and np.all((returns >= 0) & (returns <= 1000))
+    assert load_checkpoint(run_dir)["global_step"] == 8000

@@ -478,3 +478,57 @@ def test_zero_variance_groups_and_paired_held_out_success(tmp_path):
         (pair,) = list(csv.DictReader(f))
     assert (pair["a"], pair["b"], pair["tasks"]) == ("grpo", "rc", "4")
     assert float(pair["a - b"]) == pytest.approx(-0.25) and (pair["tasks a > b"], pair["tasks a < b"]) == ("0", "1")
+
+
+def cycle_run(tmp_path: Path, seed: int, visit_returns: list[float], label: str = "plain") -> Path:
+    """A run on a 3-task cycle, 1,000 steps per visit per sub-environment and 2 sub-environments (2,000
+    agent steps per visit), logging every 250 steps: -999 in each visit's first three quarters, then
+    the visit's return."""
+    rows = []
+    for v, value in enumerate(visit_returns):
+        for step in range(v * 2000 + 250, (v + 1) * 2000 + 1, 250):
+            rows.append((step, float(step), "charts/episodic_return", value if step > v * 2000 + 1500 else -999.0))
+    args = {"env": "dmc:walker-stand.walk.run-every1000", "num_envs": 2, "seed": seed, "exp_name": label}
+    return write_run(tmp_path / f"{label}_s{seed}", args, rows)
+
+
+def test_task_cycle_visits_and_later_minus_first_match_a_hand_computation(tmp_path):
+    from cleanrl_style.experiments.plot import later_minus_first, visit_returns, visit_rows
+
+    # stand, walk, run, stand, walk, run: later minus first is -20, -10 and +6, mean -8
+    returns = [100.0, 50.0, 10.0, 80.0, 40.0, 16.0]
+    run = load_runs([cycle_run(tmp_path, 1, returns)])[0]
+    np.testing.assert_array_equal(visit_returns(run), returns)
+    assert later_minus_first(np.array(returns), 3) == pytest.approx(-8.0)
+    assert np.isnan(later_minus_first(np.array(returns[:3]), 3))  # no task visited twice
+    for seed in range(2, 6):  # 5 seeds, later visits 3 (seed - 1) higher: gaps -8, -5, -2, 1, 4, mean -2
+        cycle_run(tmp_path, seed, [r + (seed - 1) * (i >= 3) * 3 for i, r in enumerate(returns)])
+    per_visit, gaps = visit_rows(load_runs([tmp_path]), n_boot=200)
+    assert [(r["visit"], r["task"], r["task_visit"]) for r in per_visit][:4] == [
+        (1, "stand", 1),
+        (2, "walk", 1),
+        (3, "run", 1),
+        (4, "stand", 2),
+    ]
+    assert per_visit[0]["return_mean"] == 100.0 and per_visit[3]["return_mean"] == pytest.approx(80.0 + 6.0)
+    (gap,) = gaps
+    assert gap["seeds"] == 5 and gap["later_minus_first"] == pytest.approx(-2.0)
+    assert gap["interval"] == interval_method(5) and -8.0 <= gap["ci_low"] < -2.0 < gap["ci_high"] <= 4.0
+    assert (gap["seed_min"], gap["seed_max"], gap["seeds_below_zero"]) == (-8.0, 4.0, 3)
+
+
+def test_runs_off_a_task_cycle_have_no_visits(tmp_path):
+    from cleanrl_style.experiments.plot import visit_returns, visit_rows
+
+    run_dir = write_run(tmp_path / "hopper", {"env": "Hopper", "seed": 1}, [(100, 1.0, "charts/episodic_return", 5.0)])
+    assert len(visit_returns(load_runs([run_dir])[0])) == 0
+    assert visit_rows(load_runs([run_dir])) == ([], [])
+
+
+def test_the_visits_figure_and_tables_are_written_for_task_cycle_runs(tmp_path):
+    for seed in (1, 2):
+        cycle_run(tmp_path / "runs", seed, [100.0, 50.0, 10.0, 80.0, 40.0, 16.0])
+    written = make_all(load_runs([tmp_path / "runs"]), tmp_path / "plots", n_boot=100)
+    names = {p.name for p in written}
+    assert {"visits.csv", "visits.md", "visits_gap.md", "visits_dmc_walker-stand.walk.run-every1000-v0.png"} <= names
+    assert "none (n < 5)" in (tmp_path / "plots" / "visits_gap.md").read_text()

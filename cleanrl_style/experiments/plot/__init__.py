@@ -2,7 +2,8 @@
 documents every file it writes).
 
 One module per kind of figure: ``curves`` (learning curves), ``aggregates`` (across envs), ``nap``
-(the NaP norms), ``llm`` (the language-model agents), ``reference`` (published curves); beneath
+(the NaP norms), ``llm`` (the language-model agents), ``visits`` (task cycles), ``reference``
+(published curves); beneath
 them ``data`` (run folders as data), ``stats`` (rliable's estimates and intervals, and the summary
 table) and ``style`` (what every figure shares). The names below are the package's public ones.
 """
@@ -52,6 +53,7 @@ from cleanrl_style.experiments.plot.stats import (
     write_table,
 )
 from cleanrl_style.experiments.plot.style import _colors, panel_grid, plain_axis
+from cleanrl_style.experiments.plot.visits import later_minus_first, plot_visits, visit_returns, visit_rows
 
 __all__ = [
     "AGGREGATES",
@@ -84,6 +86,7 @@ __all__ = [
     "iqm",
     "iqm_per_point",
     "label_runs",
+    "later_minus_first",
     "layers_by_position",
     "llm_summary_rows",
     "load_reference",
@@ -98,8 +101,11 @@ __all__ = [
     "plot_llm",
     "plot_nap",
     "plot_performance_profile",
+    "plot_visits",
     "smooth",
     "summary_rows",
+    "visit_returns",
+    "visit_rows",
     "with_reference",
     "write_table",
 ]

@@ -24,6 +24,10 @@ Reads every run under the given folders (a folder with ``progress.csv`` and ``ar
 ``nap_<env>.png``
     the NaP figure: per-layer weight norm and effective learning rate (``nap/norm/*``,
     ``nap/eff_lr/*``) over training, one line per agent or flag value (with and without projection).
+``visits.md`` / ``visits.csv``, ``visits_gap.md`` / ``.csv`` and ``visits_<env>.png``
+    for runs on a task cycle (``dmc:<domain>-<task>.<task>...-every<N>``): each visit's return
+    (the mean over its last quarter), and each run's later visits of a task against its first
+    (:mod:`cleanrl_style.experiments.plot.visits`).
 ``llm_<env>.png``
     for language-model agents: ``charts/success_rate`` (and ``charts/test_success_rate``),
     ``charts/zero_variance_fraction`` and each seed's wall time per iteration.
@@ -75,6 +79,7 @@ from cleanrl_style.experiments.plot.llm import llm_summary_rows, paired_held_out
 from cleanrl_style.experiments.plot.nap import plot_nap
 from cleanrl_style.experiments.plot.reference import with_reference
 from cleanrl_style.experiments.plot.stats import MIN_SEEDS_FOR_CI, summary_rows, write_table
+from cleanrl_style.experiments.plot.visits import plot_visits, visit_rows
 from cleanrl_style.runs.logger import CSV_NAME
 
 # ----- command line ------------------------------------------------------------------------------
@@ -135,6 +140,19 @@ def make_all(
     if paired:
         write_table(paired, out / "llm_paired.csv", out / "llm_paired.md", "Held-out success, paired task by task")
         written += [out / "llm_paired.csv", out / "llm_paired.md"]
+    per_visit, gaps = visit_rows(runs, ci, n_boot, seed)
+    if per_visit:
+        title = "Task cycles: each visit's return (last quarter of the visit)"
+        write_table(per_visit, out / "visits.csv", out / "visits.md", title)
+        written += [out / "visits.csv", out / "visits.md", *plot_visits(per_visit, out, ci)]
+    if gaps:
+        write_table(
+            gaps,
+            out / "visits_gap.csv",
+            out / "visits_gap.md",
+            "Task cycles: later visits' return minus the first visit's, per task, averaged over tasks (per run)",
+        )
+        written += [out / "visits_gap.csv", out / "visits_gap.md"]
     written += plot_nap(runs, out, ci, seed=seed) + plot_llm(runs, out, ci, seed=seed)
     return [p for p in written if p is not None]
 
