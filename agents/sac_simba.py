@@ -46,6 +46,10 @@ Choices made here (the paper and the official code leave them, or differ only in
   checkpoint. Biases start at 0 and the blocks' weights He-normal (torch's, not truncated).
 - Truncated episodes bootstrap from the true final observation (``info["final_obs"]``).
 - The critics of the ensemble are one ``Ensemble``: stacked weights, one batched call.
+- ``--encoder mlp`` swaps each SimBa encoder for a plain ReLU MLP of the same linear layers and
+  drops the observation normalization: the same SAC on an MLP, the baseline of the paper's scaling
+  claim. The actor's and the critics' parameter counts are logged at step 0
+  (``model/actor_parameters``, ``model/critic_parameters``).
 - ``--compile auto`` compiles the actor and critic losses (forward and backward) for runs of 100k
   steps or more on CUDA (on a CPU the eager update measured as fast or faster).
 - ``--precision bf16`` runs the matrix products in bfloat16 (losses, weights and optimizer state
@@ -69,6 +73,7 @@ from cleanrl_style import (
     Ensemble,
     EpisodeStats,
     FlatParameters,
+    MlpEncoder,
     ReplayBuffer,
     Run,
     RunArgs,
@@ -124,6 +129,9 @@ class Args(RunArgs):
     """hidden width d of each critic's SimBa encoder"""
     critic_blocks: int = 2
     """residual blocks in each critic's encoder"""
+    encoder: Literal["simba", "mlp"] = "simba"
+    """simba; or mlp, the same SAC on plain ReLU MLPs of the same linear layers, without observation
+    normalization, residual paths or LayerNorm (the baseline of SimBa's scaling claim)"""
     clipped_double_q: Literal["auto", "on", "off"] = "auto"
     """on: two critics, their minimum in the target and the actor loss; off: one critic; auto: on for
     episodic benchmarks (Gymnasium MuJoCo), off for DeepMind Control (dmc: ids), as the official code"""
@@ -159,12 +167,23 @@ class Args(RunArgs):
 # ---------------------------------------------------------------------------------------------
 # Networks
 # ---------------------------------------------------------------------------------------------
+def make_encoder(args: Args, in_dim: int, width: int, blocks: int) -> nn.Module:
+    return (SimbaEncoder if args.encoder == "simba" else MlpEncoder)(in_dim, width, blocks)
+
+
+class NoObservationNorm(nn.Identity):
+    """``--encoder mlp``: observations go to the networks as they are."""
+
+    def update(self, x: torch.Tensor) -> None:
+        pass
+
+
 class Actor(nn.Module):
     """SimBa encoder and a linear head giving the mean and raw log-std; input normalized observations."""
 
     def __init__(self, obs_dim: int, act_dim: int, args: Args):
         super().__init__()
-        self.encoder = SimbaEncoder(obs_dim, args.actor_width, args.actor_blocks)
+        self.encoder = make_encoder(args, obs_dim, args.actor_width, args.actor_blocks)
         self.head = layer_init(nn.Linear(args.actor_width, 2 * act_dim), gain=1.0)
         self.log_std_min, self.log_std_max = args.log_std_min, args.log_std_max
 
@@ -179,7 +198,7 @@ class Critic(nn.Module):
 
     def __init__(self, in_dim: int, args: Args):
         super().__init__()
-        self.encoder = SimbaEncoder(in_dim, args.critic_width, args.critic_blocks)
+        self.encoder = make_encoder(args, in_dim, args.critic_width, args.critic_blocks)
         self.head = layer_init(nn.Linear(args.critic_width, 1), gain=1.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -215,7 +234,7 @@ class SimbaSAC(nn.Module):
 
     def __init__(self, obs_dim: int, act_dim: int, action_low: torch.Tensor, action_high: torch.Tensor, args: Args):
         super().__init__()
-        self.obs_norm = RunningNorm(obs_dim)
+        self.obs_norm = RunningNorm(obs_dim) if args.encoder == "simba" else NoObservationNorm()
         self.actor = Actor(obs_dim, act_dim, args)
         self.clipped_double_q = uses_clipped_double_q(args.clipped_double_q, args.env)
         self.critic = Ensemble(lambda: Critic(obs_dim + act_dim, args), 2 if self.clipped_double_q else 1)
@@ -388,6 +407,14 @@ if __name__ == "__main__":
         f"({updates_per_vector_step / steps_per_iteration:g} per simulator step), "
         f"{args.learning_starts} random transitions ({random_until} simulator steps)"
     )
+
+    sizes = {
+        f"model/{net}_parameters": sum(p.numel() for p in getattr(agent, net).parameters()) for net in ("actor", "critic")
+    }
+    actor_size, critic_size = sizes["model/actor_parameters"], sizes["model/critic_parameters"]
+    print(f"{args.encoder} encoders: actor {actor_size:,} parameters, critics {critic_size:,}")
+    if run.start_step == 0:  # the x-axis of a scaling study (a resumed run logged them at its start)
+        run.log(0, sizes)
 
     run.watch(agent, vec_env)  # --capture-video films this policy
     global_step = run.start_step

@@ -10,7 +10,7 @@ plots) and ``llm`` (the language-model plumbing). A control agent imports what i
 from cleanrl_style.blocks.compiling import compile_or_eager
 from cleanrl_style.blocks.ensemble import Ensemble
 from cleanrl_style.blocks.flat_params import FlatParameters
-from cleanrl_style.blocks.layers import SimbaBlock, SimbaEncoder, layer_init, mlp
+from cleanrl_style.blocks.layers import MlpEncoder, SimbaBlock, SimbaEncoder, layer_init, mlp
 from cleanrl_style.blocks.nap import NormProjector
 from cleanrl_style.blocks.normalization import RewardScaler, RunningNorm
 from cleanrl_style.blocks.replay import (
@@ -40,6 +40,7 @@ __all__ = [
     "Run",
     "RunArgs",
     "RunningNorm",
+    "MlpEncoder",
     "SimbaBlock",
     "SimbaEncoder",
     "args_from_dict",

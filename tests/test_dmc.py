@@ -156,6 +156,9 @@ def test_sac_simba_runs_on_a_dmc_task_with_action_repeat_2(tmp_path):
     # SimBa's settings for DeepMind Control: one critic (no clipped double-Q), and the discount from the
     # episode length in agent steps, L = 1000 / 2: (100 - 1) / 100 with a horizon of L / 5.
     assert "gamma 0.99, one critic" in proc.stdout and checkpoint["args"]["gamma"] == 0.99
+    # one critic of width 32, 1 block, on concat(obs 5, action 1): embed 6*32+32, LayerNorm 64,
+    # fc1 32*128+128, fc2 128*32+32, final LayerNorm 64, head 32+1
+    assert progress["model/critic_parameters"] == [(0, progress["model/critic_parameters"][0][1], 8737.0)]
     returns = evaluate_run(str(run_dir), episodes=2)
     assert returns.shape == (2,) and np.all((returns >= 0) & (returns <= 1000))
 

@@ -532,3 +532,27 @@ def test_the_visits_figure_and_tables_are_written_for_task_cycle_runs(tmp_path):
     names = {p.name for p in written}
     assert {"visits.csv", "visits.md", "visits_gap.md", "visits_dmc_walker-stand.walk.run-every1000-v0.png"} <= names
     assert "none (n < 5)" in (tmp_path / "plots" / "visits_gap.md").read_text()
+
+
+def test_scaling_rows_put_each_lines_final_return_at_its_parameter_count(tmp_path):
+    from cleanrl_style.experiments.plot import scaling_rows
+
+    # final return: the mean over the last 10% of steps (900 and 1000), here c * 0.95 for a curve c * step / 1000
+    for encoder, width, params, scales in (("simba", 32, 9000, [100.0, 200.0]), ("simba", 64, 30000, [300.0, 500.0]),
+                                           ("mlp", 32, 8800, [50.0, 70.0]), ("mlp", 64, 29700, [60.0, 40.0])):  # fmt: skip
+        for seed, c in enumerate(scales, start=1):
+            rows = [(s, float(s), "charts/episodic_return", c * s / 1000) for s in STEPS]
+            rows.append((0, 0.0, "model/critic_parameters", float(params)))
+            args = {"env": "Hopper", "seed": seed, "exp_name": "sac_simba", "encoder": encoder, "critic_width": width}
+            write_run(tmp_path / f"{encoder}{width}_s{seed}", args, rows)
+    rows = scaling_rows(load_runs([tmp_path]), n_boot=100)
+    got = [(r["architecture"], r["critic_parameters"], r["seeds"], round(r["final_mean"], 6)) for r in rows]
+    assert got == [("mlp", 8800, 2, 57.0), ("mlp", 29700, 2, 47.5), ("simba", 9000, 2, 142.5), ("simba", 30000, 2, 380.0)]
+    assert all(r["interval"] == "none (n < 5)" for r in rows)
+    written = make_all(load_runs([tmp_path]), tmp_path / "plots", n_boot=100)
+    assert {"scaling.md", "scaling_Hopper-v5.png"} <= {p.name for p in written}
+    # a run that logged no parameter count is no point of a scaling study
+    plain = write_run(
+        tmp_path / "other" / "sac_s1", {"env": "Hopper", "seed": 1}, [(1000, 1.0, "charts/episodic_return", 5.0)]
+    )
+    assert scaling_rows(load_runs([plain])) == []

@@ -35,6 +35,32 @@ def test_default_networks_have_the_papers_widths_and_blocks():
     assert "encoder.blocks.2.fc1.weight" not in critic and critic["head.weight"].shape == (2, 1, 512)
 
 
+def test_the_mlp_baseline_has_the_same_linear_layers_and_neither_norm_nor_residual_path():
+    simba_agent, _ = make_agent()
+    mlp_agent, _ = make_agent(encoder="mlp")
+    for net in ("actor", "critic"):  # every parameter of SimBa's networks but the LayerNorms', same shapes
+        simba_params = dict(getattr(simba_agent, net).named_parameters())
+        mlp_params = dict(getattr(mlp_agent, net).named_parameters())
+        assert sorted(tuple(p.shape) for n, p in simba_params.items() if "norm" not in n) == sorted(
+            tuple(p.shape) for p in mlp_params.values()
+        )
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in mlp_agent.modules())
+    # a ReLU after every linear layer of the encoder, no path around them: a zero input gives ReLU(biases)
+    encoder = mlp_agent.actor.encoder
+    linears = [m for m in encoder.modules() if isinstance(m, torch.nn.Linear)]
+    assert [tuple(m.weight.shape) for m in linears] == [(128, 5), (512, 128), (128, 512)]
+    x = torch.randn(4, 5)
+    h = x
+    for linear in linears:
+        h = torch.relu(linear(h))
+    torch.testing.assert_close(encoder(x), h)
+    # no observation normalization: statistics are not kept, observations pass through
+    obs = torch.full((3, 5), 100.0)
+    mlp_agent.obs_norm.update(obs)
+    assert torch.equal(mlp_agent.obs_norm(obs), obs) and not list(mlp_agent.obs_norm.buffers())
+    torch.testing.assert_close(mlp_agent.act(obs), torch.tanh(mlp_agent.actor(obs)[0]))
+
+
 def test_simba_block_is_a_pre_layernorm_residual_mlp():
     torch.manual_seed(0)
     block = SimbaBlock(8)

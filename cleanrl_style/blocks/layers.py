@@ -79,3 +79,24 @@ class SimbaEncoder(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.final_norm(self.blocks(self.embed(x)))
+
+
+class MlpEncoder(nn.Module):
+    """The plain-MLP counterpart of :class:`SimbaEncoder`, the baseline of SimBa's scaling claim: the
+    same linear layers and initializations (``Linear(in, d)``, then per block ``d -> 4d -> d``), each
+    followed by a ReLU, with no residual path and no LayerNorm. Input ``(batch, in_dim)`` ->
+    ``(batch, hidden_dim)``."""
+
+    def __init__(self, in_dim: int, hidden_dim: int, num_blocks: int, expansion: int = 4):
+        super().__init__()
+        layers: list[nn.Module] = [layer_init(nn.Linear(in_dim, hidden_dim), gain=1.0), nn.ReLU()]
+        for _ in range(num_blocks):
+            for fan_in, fan_out in ((hidden_dim, expansion * hidden_dim), (expansion * hidden_dim, hidden_dim)):
+                fc = nn.Linear(fan_in, fan_out)
+                nn.init.kaiming_normal_(fc.weight, nonlinearity="relu")
+                nn.init.zeros_(fc.bias)
+                layers += [fc, nn.ReLU()]
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)

@@ -2,8 +2,8 @@
 documents every file it writes).
 
 One module per kind of figure: ``curves`` (learning curves), ``aggregates`` (across envs), ``nap``
-(the NaP norms), ``llm`` (the language-model agents), ``visits`` (task cycles), ``reference``
-(published curves); beneath
+(the NaP norms), ``llm`` (the language-model agents), ``visits`` (task cycles), ``scaling``
+(return against parameter count), ``reference`` (published curves); beneath
 them ``data`` (run folders as data), ``stats`` (rliable's estimates and intervals, and the summary
 table) and ``style`` (what every figure shares). The names below are the package's public ones.
 """
@@ -37,6 +37,7 @@ from cleanrl_style.experiments.plot.data import (
 from cleanrl_style.experiments.plot.llm import llm_summary_rows, plot_llm
 from cleanrl_style.experiments.plot.nap import layers_by_position, plot_nap
 from cleanrl_style.experiments.plot.reference import cut_at, load_reference, with_reference
+from cleanrl_style.experiments.plot.scaling import plot_scaling, scaling_rows
 from cleanrl_style.experiments.plot.stats import (
     AGGREGATES,
     ESTIMATORS,
@@ -101,7 +102,9 @@ __all__ = [
     "plot_llm",
     "plot_nap",
     "plot_performance_profile",
+    "plot_scaling",
     "plot_visits",
+    "scaling_rows",
     "smooth",
     "summary_rows",
     "visit_returns",

@@ -24,6 +24,9 @@ Reads every run under the given folders (a folder with ``progress.csv`` and ``ar
 ``nap_<env>.png``
     the NaP figure: per-layer weight norm and effective learning rate (``nap/norm/*``,
     ``nap/eff_lr/*``) over training, one line per agent or flag value (with and without projection).
+``scaling.md`` / ``scaling.csv`` and ``scaling_<env>.png``
+    for runs that log their critic's parameter count (``sac_simba``): each line's final return
+    against it, one curve per architecture (``--encoder``), for a scaling study.
 ``visits.md`` / ``visits.csv``, ``visits_gap.md`` / ``.csv`` and ``visits_<env>.png``
     for runs on a task cycle (``dmc:<domain>-<task>.<task>...-every<N>``): each visit's return
     (the mean over its last quarter), and each run's later visits of a task against its first
@@ -78,6 +81,7 @@ from cleanrl_style.experiments.plot.data import RETURN, RunData, load_runs
 from cleanrl_style.experiments.plot.llm import llm_summary_rows, paired_held_out_rows, plot_llm
 from cleanrl_style.experiments.plot.nap import plot_nap
 from cleanrl_style.experiments.plot.reference import with_reference
+from cleanrl_style.experiments.plot.scaling import plot_scaling, scaling_rows
 from cleanrl_style.experiments.plot.stats import MIN_SEEDS_FOR_CI, summary_rows, write_table
 from cleanrl_style.experiments.plot.visits import plot_visits, visit_rows
 from cleanrl_style.runs.logger import CSV_NAME
@@ -140,6 +144,11 @@ def make_all(
     if paired:
         write_table(paired, out / "llm_paired.csv", out / "llm_paired.md", "Held-out success, paired task by task")
         written += [out / "llm_paired.csv", out / "llm_paired.md"]
+    scaling = scaling_rows(runs, metric, final_fraction, ci, n_boot, seed)
+    if scaling:
+        title = "Final return against the critic's parameter count (one row per line and env)"
+        write_table(scaling, out / "scaling.csv", out / "scaling.md", title)
+        written += [out / "scaling.csv", out / "scaling.md", *plot_scaling(scaling, out, ci)]
     per_visit, gaps = visit_rows(runs, ci, n_boot, seed)
     if per_visit:
         title = "Task cycles: each visit's return (last quarter of the visit)"

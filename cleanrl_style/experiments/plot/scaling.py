@@ -1,0 +1,96 @@
+"""Scaling studies: each line's final return against its critic's parameter count.
+
+Runs that log ``model/critic_parameters`` (``sac_simba`` does, at step 0) are grouped by
+architecture (their ``encoder`` argument) and env; each (line, env) is one point, at its parameter
+count, with its mean final return over seeds and its interval. SimBa's claim (Lee et al., 2025,
+arXiv:2410.09754) is that the return grows with the parameters under SimBa and not under an MLP.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+from cleanrl_style.experiments.plot.data import RETURN, RunData, by_label_and_env, file_part, final_value
+from cleanrl_style.experiments.plot.stats import band_note, bootstrap_ci, interval_method
+from cleanrl_style.experiments.plot.style import _colors, _pyplot, save_figure
+
+PARAMETERS = "model/critic_parameters"
+
+
+def scaling_rows(
+    runs: list[RunData], metric: str = RETURN, final_fraction: float = 0.1, ci: float = 0.95, n_boot: int = 2000, seed: int = 0
+) -> list[dict]:
+    """One row per (line, env) whose runs logged their parameter count: the architecture, the count,
+    n, the mean final ``metric`` and its interval (none under 5 seeds)."""
+    rows = []
+    for (label, env), group in by_label_and_env(runs).items():
+        group = [r for r in group if PARAMETERS in r.series and metric in r.series]
+        if not group:
+            continue
+        finals = np.array([final_value(r.series[metric], final_fraction) for r in group])
+        low, high = bootstrap_ci(finals, "mean", ci, n_boot, seed)
+        rows.append(
+            {
+                "agent": label,
+                "env": env,
+                "architecture": str(group[0].args.get("encoder", group[0].args.get("exp_name", label))),
+                "critic_parameters": int(group[0].series[PARAMETERS][0, 2]),
+                "seeds": len(finals),
+                "final_mean": float(finals.mean()),
+                "interval": interval_method(len(finals), ci),
+                "ci_low": low,
+                "ci_high": high,
+                "seed_min": float(finals.min()),
+                "seed_max": float(finals.max()),
+            }
+        )
+    return sorted(rows, key=lambda r: (r["env"], r["architecture"], r["critic_parameters"]))
+
+
+def plot_scaling(rows: list[dict], out: Path, ci: float = 0.95) -> list[Path]:
+    """``scaling_<env>.png`` for each env where an architecture has two parameter counts or more."""
+    plt = _pyplot()
+    from matplotlib import ticker
+
+    paths = []
+    for env in sorted({r["env"] for r in rows}):
+        here = [r for r in rows if r["env"] == env]
+        architectures = sorted({r["architecture"] for r in here})
+        if max(len({r["critic_parameters"] for r in here if r["architecture"] == a}) for a in architectures) < 2:
+            continue
+        colors = _colors(architectures)
+        fig, ax = plt.subplots(figsize=(5.2, 3.8), layout="constrained")
+        for arch in architectures:
+            points = [r for r in here if r["architecture"] == arch]
+            x = np.array([r["critic_parameters"] for r in points], dtype=float)
+            y = np.array([r["final_mean"] for r in points])
+            has_ci = not np.isnan([r["ci_low"] for r in points]).any()
+            low = np.array([r["ci_low"] if has_ci else r["seed_min"] for r in points])
+            high = np.array([r["ci_high"] if has_ci else r["seed_max"] for r in points])
+            n = sorted({r["seeds"] for r in points})
+            ax.errorbar(
+                x,
+                y,
+                yerr=[y - low, high - y],
+                marker="o",
+                capsize=3,
+                color=colors[arch],
+                label=f"{arch} (n={'/'.join(map(str, n))})",
+            )
+        ax.set_xscale("log")
+        ax.set_xlabel("critic parameters (all critics)")
+        ax.set_ylabel(f"final {RETURN.split('/')[-1].replace('_', ' ')}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        bars = band_note(ci).replace("band:", "bars:")
+        ax.set_title(
+            f"{env}: final return against critic size\n" + textwrap.fill(f"(mean over seeds; {bars})", 70), fontsize=8
+        )
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.xaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        paths.append(save_figure(fig, out / f"scaling_{file_part(env)}.png"))
+    return paths
