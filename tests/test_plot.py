@@ -499,6 +499,10 @@ def test_task_cycle_visits_and_later_minus_first_match_a_hand_computation(tmp_pa
     returns = [100.0, 50.0, 10.0, 80.0, 40.0, 16.0]
     run = load_runs([cycle_run(tmp_path, 1, returns)])[0]
     np.testing.assert_array_equal(visit_returns(run), returns)
+    # a run that stops short of a visit's end counts it when it covered half its last quarter or more
+    for last_step, visits in ((12_000, 6), (11_750, 6), (11_500, 5)):
+        short = RunData(run.env, 1, "short", {k: v[v[:, 0] <= last_step] for k, v in run.series.items()}, run.args)
+        assert len(visit_returns(short)) == visits
     assert later_minus_first(np.array(returns), 3) == pytest.approx(-8.0)
     assert np.isnan(later_minus_first(np.array(returns[:3]), 3))  # no task visited twice
     for seed in range(2, 6):  # 5 seeds, later visits 3 (seed - 1) higher: gaps -8, -5, -2, 1, 4, mean -2

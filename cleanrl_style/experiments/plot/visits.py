@@ -29,14 +29,17 @@ def cycle_of(run: RunData) -> tuple[tuple[str, ...], int] | None:
 
 
 def visit_returns(run: RunData, metric: str = RETURN, fraction: float = VISIT_FINAL_FRACTION) -> np.ndarray:
-    """Each complete visit's return (the mean of ``metric`` logged in its last ``fraction`` of steps;
-    NaN where nothing was logged there); empty for a run whose env is not a task cycle."""
+    """Each visit's return (the mean of ``metric`` logged in its last ``fraction`` of steps; NaN
+    where nothing was logged there), for every visit whose last ``fraction`` the run covered at least
+    half of (an agent that counts steps in whole iterations stops a little short of a visit's
+    end: PPO's 2,048-step batches end a 864,000-step run at 862,208); empty for a run whose env is
+    not a task cycle."""
     cycle = cycle_of(run)
     if cycle is None or metric not in run.series:
         return np.array([])
     span = cycle[1]
     steps, values = run.series[metric][:, 0], run.series[metric][:, 2]
-    visits = int(steps.max() // span) if len(steps) else 0
+    visits = int((steps.max() + fraction / 2 * span) // span) if len(steps) else 0
     out = np.full(visits, np.nan)
     for v in range(visits):
         here = (steps > (v + 1 - fraction) * span) & (steps <= (v + 1) * span)
