@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from cleanrl_style.experiments.plot.data import RETURN, RunData, by_label_and_env, file_part, final_value
-from cleanrl_style.experiments.plot.stats import band_note, bootstrap_ci, interval_method
+from cleanrl_style.experiments.plot.stats import band_note, seed_statistics
 from cleanrl_style.experiments.plot.style import _colors, _pyplot, save_figure
 
 PARAMETERS = "model/critic_parameters"
@@ -31,20 +31,13 @@ def scaling_rows(
         if not group:
             continue
         finals = np.array([final_value(r.series[metric], final_fraction) for r in group])
-        low, high = bootstrap_ci(finals, "mean", ci, n_boot, seed)
         rows.append(
             {
                 "agent": label,
                 "env": env,
                 "architecture": str(group[0].args.get("encoder", group[0].args.get("exp_name", label))),
                 "critic_parameters": int(group[0].series[PARAMETERS][0, 2]),
-                "seeds": len(finals),
-                "final_mean": float(finals.mean()),
-                "interval": interval_method(len(finals), ci),
-                "ci_low": low,
-                "ci_high": high,
-                "seed_min": float(finals.min()),
-                "seed_max": float(finals.max()),
+                **seed_statistics(finals, "final_mean", ci, n_boot, seed),
             }
         )
     return sorted(rows, key=lambda r: (r["env"], r["architecture"], r["critic_parameters"]))

@@ -149,6 +149,23 @@ def probability_of_improvement(n_envs: int) -> Callable[..., np.ndarray]:
     return poi
 
 
+def seed_statistics(values: np.ndarray, mean_name: str, ci: float = 0.95, n_boot: int = 2000, seed: int = 0) -> dict:
+    """A table's columns for one estimate over seeds: n, the mean (named ``mean_name``), the
+    interval's method and ends (NaN under ``MIN_SEEDS_FOR_CI`` seeds), and the seeds' range."""
+    values = np.asarray(values, dtype=float)
+    low, high = bootstrap_ci(values, "mean", ci, n_boot, seed) if len(values) else (float("nan"), float("nan"))
+    empty = not len(values)
+    return {
+        "seeds": len(values),
+        mean_name: float("nan") if empty else float(values.mean()),
+        "interval": interval_method(len(values), ci),
+        "ci_low": low,
+        "ci_high": high,
+        "seed_min": float("nan") if empty else float(values.min()),
+        "seed_max": float("nan") if empty else float(values.max()),
+    }
+
+
 def summary_rows(
     runs: list[RunData], metric: str = RETURN, final_fraction: float = 0.1, ci: float = 0.95, n_boot: int = 2000, seed: int = 0
 ) -> list[dict]:
@@ -159,21 +176,9 @@ def summary_rows(
         finals = np.array([final_value(r.series[metric], final_fraction) for r in group if metric in r.series])
         if not len(finals):
             continue
-        lo, hi = bootstrap_ci(finals, "mean", ci, n_boot, seed)
         steps = max(r.series[metric][:, 0].max() for r in group if metric in r.series)
-        row = {
-            "agent": label,
-            "env": env,
-            "seeds": len(finals),
-            "steps": int(steps),
-            "final_mean": float(finals.mean()),
-            "interval": interval_method(len(finals), ci),
-            "ci_low": lo,
-            "ci_high": hi,
-            "seed_min": float(finals.min()),
-            "seed_max": float(finals.max()),
-            "final_iqm": iqm(finals),
-        }
+        stats = seed_statistics(finals, "final_mean", ci, n_boot, seed)
+        row = {"agent": label, "env": env, "seeds": stats.pop("seeds"), "steps": int(steps), **stats, "final_iqm": iqm(finals)}
         evals = [r.series["eval/return_mean"][-1, 2] for r in group if "eval/return_mean" in r.series]
         row["eval_mean"] = float(np.mean(evals)) if evals else float("nan")
         rows.append(row)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from cleanrl_style.experiments.plot.data import RETURN, RunData, by_label_and_env, file_part
-from cleanrl_style.experiments.plot.stats import band_note, bootstrap_ci, interval_method
+from cleanrl_style.experiments.plot.stats import band_note, seed_statistics
 from cleanrl_style.experiments.plot.style import _colors, _pyplot, save_figure
 
 VISIT_FINAL_FRACTION = 0.25
@@ -69,7 +69,6 @@ def visit_rows(runs: list[RunData], ci: float = 0.95, n_boot: int = 2000, seed: 
         matrix = np.array([x[:visits] for x in returns])  # (seeds, visits)
         for v in range(visits):
             column = matrix[:, v][~np.isnan(matrix[:, v])]
-            low, high = bootstrap_ci(column, "mean", ci, n_boot, seed) if len(column) else (float("nan"),) * 2
             per_visit.append(
                 {
                     "agent": label,
@@ -77,34 +76,14 @@ def visit_rows(runs: list[RunData], ci: float = 0.95, n_boot: int = 2000, seed: 
                     "visit": v + 1,
                     "task": tasks[v % len(tasks)],
                     "task_visit": v // len(tasks) + 1,
-                    "seeds": len(column),
-                    "return_mean": float(column.mean()) if len(column) else float("nan"),
-                    "interval": interval_method(len(column), ci),
-                    "ci_low": float(low),
-                    "ci_high": float(high),
-                    "seed_min": float(column.min()) if len(column) else float("nan"),
-                    "seed_max": float(column.max()) if len(column) else float("nan"),
+                    **seed_statistics(column, "return_mean", ci, n_boot, seed),
                 }
             )
         run_gaps = np.array([later_minus_first(row, len(tasks)) for row in matrix])
         run_gaps = run_gaps[~np.isnan(run_gaps)]
         if len(run_gaps):
-            low, high = bootstrap_ci(run_gaps, "mean", ci, n_boot, seed)
-            gaps.append(
-                {
-                    "agent": label,
-                    "env": env,
-                    "seeds": len(run_gaps),
-                    "visits": visits,
-                    "later_minus_first": float(run_gaps.mean()),
-                    "interval": interval_method(len(run_gaps), ci),
-                    "ci_low": float(low),
-                    "ci_high": float(high),
-                    "seed_min": float(run_gaps.min()),
-                    "seed_max": float(run_gaps.max()),
-                    "seeds_below_zero": int((run_gaps < 0).sum()),
-                }
-            )
+            stats = seed_statistics(run_gaps, "later_minus_first", ci, n_boot, seed)
+            gaps.append({"agent": label, "env": env, "visits": visits, **stats, "seeds_below_zero": int((run_gaps < 0).sum())})
     return per_visit, gaps
 
 
