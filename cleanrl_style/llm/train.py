@@ -188,7 +188,7 @@ def save_policy_checkpoint(run: Any, iteration: int, policy: Any, optimizer: tor
     run.save(iteration, iteration=iteration, policy=trainable_state(policy), optimizer=optimizer.state_dict(), **extra)
 
 
-def export_model(run: Any, policy: Any, tokenizer: Any, step: int | None = None) -> None:
+def export_model(run: Any, policy: Any, tokenizer: Any, step: int) -> None:
     """Write ``<run>/model``, an ordinary transformers folder (LoRA merged) for ``--model`` of a later stage.
 
     For a full fine-tune the run's checkpoint then names that folder in place of its own copy of
