@@ -19,9 +19,8 @@ pytest.importorskip("transformers")
 
 from llm_tiny_model import build_tiny_model, build_tokenizer  # noqa: E402
 
-from cleanrl_style.llm.decoder import PackedLinear, packed_llama_for  # noqa: E402
+from cleanrl_style.llm.decoder import MIN_SHARED_PREFIX, PackedLinear, packed_llama_for, scoring_prefix_length  # noqa: E402
 from cleanrl_style.llm.generation import (  # noqa: E402
-    MIN_SHARED_PREFIX,
     Sampling,
     TurnGenerator,
     sample_next,
@@ -312,6 +311,73 @@ def test_token_logprobs_equal_a_full_softmax_at_masked_positions(tokenizer, tiny
     for b, t in batch.mask.nonzero().tolist():
         assert logp[b, t].item() == pytest.approx(full[b, t - 1, batch.input_ids[b, t]].item(), abs=1e-5)
     assert (logp[~batch.mask] == 0).all() and batch.mask.sum() == 4
+
+
+SYSTEM = "<|im_start|>system\nYou are a bank assistant. Call the tools to move money between accounts.<|im_end|>\n"
+
+
+def prefix_sharing_rows(tokenizer):
+    """Three conversations that share a system prompt of more than MIN_SHARED_PREFIX tokens, then
+    differ (lengths 3 apart, so the batch is padded); the last 4 tokens of each are scored."""
+    rows = [
+        encode(tokenizer, SYSTEM + f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\nok {k}")
+        for k, text in enumerate(["send 5 to Bob", "what is my balance", "pay the rent of 900 today please"])
+    ]
+    masks = [[j >= len(r) - 4 for j in range(len(r))] for r in rows]
+    return rows, masks
+
+
+def test_the_shared_prefix_is_every_rows_common_start_before_the_first_scored_prediction():
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 9, 9], [1, 2, 3, 4, 5, 0]])
+    attention = torch.ones_like(ids)
+    mask = torch.zeros_like(ids, dtype=torch.bool)
+    mask[:, 5] = True
+    assert scoring_prefix_length(ids, attention, mask) == 4  # columns 0-3 agree
+    mask[1, 4] = True  # token 4 is predicted from column 3, which must stay a row's own
+    assert scoring_prefix_length(ids, attention, mask) == 3
+    attention[2, 2:] = 0  # padding is never shared
+    assert scoring_prefix_length(ids, attention, mask) == 2
+    assert scoring_prefix_length(ids[:1], attention[:1], mask[:1]) == 0  # one row: nothing to share
+    same = torch.tensor([[1, 2, 3], [1, 2, 3]])
+    assert scoring_prefix_length(same, torch.ones_like(same), torch.zeros_like(same, dtype=torch.bool)) == 2
+
+
+def test_rows_with_a_shared_prefix_are_scored_as_the_full_batch(tokenizer, tiny):
+    """The prefix is run once (the path is taken: its length passes the threshold) and every scored
+    token's log-probability equals the transformers forward of the whole padded batch."""
+    rows, masks = prefix_sharing_rows(tokenizer)
+    batch = pad_batch(rows, masks, tokenizer.pad_token_id)
+    assert scoring_prefix_length(batch.input_ids, batch.attention_mask, batch.mask) >= MIN_SHARED_PREFIX
+    with torch.no_grad():
+        logp = token_logprobs(tiny, batch.input_ids, batch.attention_mask, batch.mask)
+        full = torch.log_softmax(tiny(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float(), -1)
+    for b, t in batch.mask.nonzero().tolist():
+        assert logp[b, t].item() == pytest.approx(full[b, t - 1, batch.input_ids[b, t]].item(), abs=1e-5)
+    assert (logp[~batch.mask] == 0).all() and batch.mask.sum() == 12
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_a_shared_prefix_gives_the_gradient_of_the_full_batch(tokenizer, checkpointing, monkeypatch):
+    """Every weight's gradient (the prefix's keys and values summed over the rows) equals the one
+    from scoring each row whole, with and without activation checkpointing."""
+    from cleanrl_style.llm import tokens
+    from cleanrl_style.llm.train import enable_activation_checkpointing
+
+    rows, masks = prefix_sharing_rows(tokenizer)
+    batch = pad_batch(rows, masks, tokenizer.pad_token_id)
+    weights = torch.tensor([1.0, -0.5, 2.0])[:, None]
+    grads = {}
+    for threshold in (MIN_SHARED_PREFIX, 10**9):  # shared, then never shared
+        monkeypatch.setattr(tokens, "MIN_SHARED_PREFIX", threshold)
+        model = build_tiny_model(tokenizer, seed=5).train()
+        if checkpointing:
+            enable_activation_checkpointing(model)
+        (token_logprobs(model, batch.input_ids, batch.attention_mask, batch.mask) * weights).sum().backward()
+        grads[threshold] = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    shared, whole = grads.values()
+    assert shared.keys() == whole.keys() and len(whole) > 10
+    for name, grad in whole.items():  # rounding apart: the prefix's sums run in another order
+        assert (shared[name] - grad).abs().max() <= 1e-5 * grad.abs().max(), name
 
 
 def advantage_loss(logp, extras):

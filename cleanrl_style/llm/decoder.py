@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 # Room added when the key/value buffer is full: at least this many columns, or half the filled ones.
 MIN_GROWTH = 256
@@ -249,3 +250,103 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos + rotated * sin
+
+
+# ---- scoring many sequences that start alike ---------------------------------------------------------
+
+MIN_SHARED_PREFIX = 16
+"""the fewest leading tokens that all rows share worth a pass of their own, in generation's prefill
+(``TurnGenerator``) and in scoring (:func:`shared_prefix_hidden`); below it the rows run whole"""
+
+
+def scoring_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, mask: torch.Tensor) -> int:
+    """How many leading columns every row of a right-padded batch shares and no scored token needs
+    as its predicting position: the longest common prefix of the rows, cut so that it holds only
+    real tokens and ends before the column that predicts the first scored token (a scored token t
+    is predicted from the hidden state at t - 1, which must be in the rows' own part)."""
+    rows, width = input_ids.shape
+    if rows < 2:
+        return 0
+    same = (input_ids == input_ids[:1]).all(dim=0) & attention_mask.bool().all(dim=0)
+    length = int(same.long().cumprod(dim=0).sum())
+    scored = mask.any(dim=0).nonzero()
+    if len(scored):
+        length = min(length, int(scored[0]) - 1)
+    return max(0, min(length, width - 1))
+
+
+def shared_prefix_supported(model: Any) -> bool:
+    """Whether :func:`shared_prefix_hidden` reproduces ``model``'s decoder: a Llama-family model
+    (LoRA adapters included, which live inside its projections) without attention dropout."""
+    config = model.config
+    return config.model_type == "llama" and not getattr(config, "attention_dropout", 0.0)
+
+
+def shared_prefix_hidden(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: int) -> torch.Tensor:
+    """The decoder's last hidden states (after the final norm) at columns ``prefix:`` of a
+    right-padded batch whose rows all start with the same ``prefix`` tokens, with the prefix run
+    once as one row instead of once per row; (rows, width - prefix, hidden), differentiable.
+
+    The same arithmetic as the transformers forward of the whole batch (each layer's own modules:
+    norms, projections with any LoRA adapters, MLP, rotary embedding), with the rows' queries
+    attending to the prefix's keys and values (one copy, broadcast) and to their own columns
+    causally, padding masked. The gradient reaching the prefix's keys and values is the sum over
+    the rows, as it is when every row carries its own copy. Under the model's activation
+    checkpointing each layer is recomputed in the backward pass (non-reentrant), as in the
+    transformers forward.
+    """
+    decoder = model.get_decoder()
+    rows, width = input_ids.shape
+    own = width - prefix
+    head_dim = model.config.head_dim
+    heads, kv_heads = model.config.num_attention_heads, model.config.num_key_value_heads
+    x_prefix = decoder.embed_tokens(input_ids[:1, :prefix])
+    x_rows = decoder.embed_tokens(input_ids[:, prefix:])
+    positions = torch.arange(width, device=input_ids.device)[None]
+    cos, sin = decoder.rotary_emb(x_rows, positions)  # (1, width, head dim)
+    cos_prefix, sin_prefix = cos[:, None, :prefix], sin[:, None, :prefix]
+    cos_rows, sin_rows = cos[:, None, prefix:], sin[:, None, prefix:]
+    # Each row's queries see the whole prefix, then its own columns causally, holes (padding) masked.
+    causal = torch.ones(own, own, dtype=torch.bool, device=input_ids.device).tril()
+    allowed = torch.cat(
+        [
+            torch.ones(rows, own, prefix, dtype=torch.bool, device=input_ids.device),
+            causal[None] & attention_mask[:, None, prefix:].bool(),
+        ],
+        dim=2,
+    )[:, None]  # (rows, 1, own, prefix + own)
+
+    def attention_inputs(attn: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        count, length = h.shape[:2]
+        q = attn.q_proj(h).view(count, length, heads, head_dim).transpose(1, 2)
+        k = attn.k_proj(h).view(count, length, kv_heads, head_dim).transpose(1, 2)
+        v = attn.v_proj(h).view(count, length, kv_heads, head_dim).transpose(1, 2)
+        return _rotate(q, cos, sin), _rotate(k, cos, sin), v
+
+    def layer_forward(layer: Any, x_prefix: torch.Tensor, x_rows: torch.Tensor, last: bool):
+        attn = layer.self_attn
+        q, k, v = attention_inputs(attn, layer.input_layernorm(x_prefix), cos_prefix, sin_prefix)
+        q_rows, k_rows, v_rows = attention_inputs(attn, layer.input_layernorm(x_rows), cos_rows, sin_rows)
+        keys = torch.cat([k.expand(rows, -1, -1, -1), k_rows], dim=2)
+        values = torch.cat([v.expand(rows, -1, -1, -1), v_rows], dim=2)
+        attended = F.scaled_dot_product_attention(q_rows, keys, values, attn_mask=allowed, enable_gqa=True)
+        x_rows = x_rows + attn.o_proj(attended.transpose(1, 2).reshape(rows, own, heads * head_dim))
+        x_rows = x_rows + layer.mlp(layer.post_attention_layernorm(x_rows))
+        if last:  # the rows read the prefix only through this layer's keys and values
+            return x_prefix, x_rows
+        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        x_prefix = x_prefix + attn.o_proj(attended.transpose(1, 2).reshape(1, prefix, heads * head_dim))
+        x_prefix = x_prefix + layer.mlp(layer.post_attention_layernorm(x_prefix))
+        return x_prefix, x_rows
+
+    recompute = bool(getattr(decoder, "gradient_checkpointing", False)) and decoder.training and torch.is_grad_enabled()
+    layers = list(decoder.layers)
+    for index, layer in enumerate(layers):
+        last = index == len(layers) - 1
+        if recompute:
+            x_prefix, x_rows = torch.utils.checkpoint.checkpoint(
+                layer_forward, layer, x_prefix, x_rows, last, use_reentrant=False
+            )
+        else:
+            x_prefix, x_rows = layer_forward(layer, x_prefix, x_rows, last)
+    return decoder.norm(x_rows)

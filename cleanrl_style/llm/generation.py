@@ -46,11 +46,9 @@ from typing import Any, cast
 
 import torch
 
-from cleanrl_style.llm.decoder import PackedLlama, packed_llama_for
+from cleanrl_style.llm.decoder import MIN_SHARED_PREFIX, PackedLlama, packed_llama_for
 from cleanrl_style.llm.model import autocast, unwrap
 
-# A shared first chunk shorter than this is not worth its own forward pass.
-MIN_SHARED_PREFIX = 16
 ENGINES = ("auto", "transformers")
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from cleanrl_style.llm.decoder import MIN_SHARED_PREFIX, scoring_prefix_length, shared_prefix_hidden, shared_prefix_supported
 from cleanrl_style.llm.model import autocast, unwrap
 from cleanrl_style.llm.progress import WorkProgress
 
@@ -60,15 +61,31 @@ def token_logprobs(
     """log pi(token_t | tokens_<t) at the masked positions, 0 elsewhere; (B, T) float32.
 
     The vocabulary projection is applied only at the masked positions: a full (B, T, vocab) logit
-    tensor would dominate memory for long tool-use conversations.
+    tensor would dominate memory for long tool-use conversations. Where the rows start with the
+    same tokens (a group's prompt, the system prompt and tool schemas of a batch), a Llama-family
+    model runs that prefix once instead of once per row (``decoder.shared_prefix_hidden``; at least
+    ``MIN_SHARED_PREFIX`` tokens, ending before the first scored token's predicting column).
     """
     base = unwrap(model)
-    hidden = base.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-    predicts = mask[:, 1:]  # hidden state at t-1 predicts token t
+    prefix = scoring_prefix_length(input_ids, attention_mask, mask) if shared_prefix_supported(base) else 0
+    if prefix < MIN_SHARED_PREFIX:
+        prefix = 0
+        hidden = base.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    else:
+        hidden = shared_prefix_hidden(base, input_ids, attention_mask, prefix)
+    # Columns prefix.. of the batch; no scored token is predicted from inside the prefix.
+    predicts = mask[:, prefix + 1 :]  # hidden state at t-1 predicts token t
     logits = base.get_output_embeddings()(hidden[:, :-1][predicts]).float() / temperature
-    chosen = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, 1:][predicts].unsqueeze(-1)).squeeze(-1)
-    shifted = F.pad(predicts, (1, 0), value=False)
+    chosen = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, prefix + 1 :][predicts].unsqueeze(-1)).squeeze(-1)
+    shifted = F.pad(predicts, (prefix + 1, 0), value=False)
     return torch.zeros(mask.shape, dtype=chosen.dtype, device=chosen.device).masked_scatter(shifted, chosen)
+
+
+def prefix_order(sequences: Sequence[Sequence[int]]) -> list[int]:
+    """Indices of ``sequences`` in lexicographic order of their tokens: micro-batches cut from this
+    order put sequences that start alike together, so their shared prefix (``token_logprobs``) is
+    longer. Sums over micro-batches do not depend on the order, apart from rounding."""
+    return sorted(range(len(sequences)), key=lambda i: tuple(sequences[i]))
 
 
 def masked_mean_per_sequence(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -88,17 +105,20 @@ def batched_logprobs(
     progress: WorkProgress | None = None,
     stage_name: str = "log-probs",
 ) -> list[torch.Tensor]:
-    """``token_logprobs`` for many sequences, micro-batched, without gradient; one (len_i,) float32 tensor each."""
+    """``token_logprobs`` for many sequences, micro-batched (cut from ``prefix_order``), without
+    gradient; one (len_i,) float32 tensor each, in the order of ``sequences``."""
     device = next(model.parameters()).device
-    out: list[torch.Tensor] = []
+    out: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
+    order = prefix_order(sequences)
     starts = range(0, len(sequences), micro_batch_size)
     with (progress or WorkProgress(enabled=False)).stage(stage_name, total=len(starts), unit="micro-batch") as stage:
         for k, start in enumerate(starts, 1):
-            seqs, ms = sequences[start : start + micro_batch_size], masks[start : start + micro_batch_size]
-            batch = pad_batch(seqs, ms, pad_id, device)
+            idx = order[start : start + micro_batch_size]
+            batch = pad_batch([sequences[i] for i in idx], [masks[i] for i in idx], pad_id, device)
             with autocast(precision, device):
                 logp = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.mask, temperature)
-            out += [logp[i, : len(s)].float().cpu() for i, s in enumerate(seqs)]
+            for row, i in enumerate(idx):
+                out[i] = logp[row, : len(sequences[i])].float().cpu()
             stage.update(k)
     return out
 
@@ -127,7 +147,8 @@ def gradient_step(
     precision: str = "fp32",
     progress: WorkProgress | None = None,
 ) -> dict[str, float]:
-    """One optimizer step of a per-token loss over all sequences, gradients accumulated over micro-batches.
+    """One optimizer step of a per-token loss over all sequences, gradients accumulated over
+    micro-batches (cut from ``prefix_order``).
 
     Args:
         sequences, masks: Token ids and trained-token masks, one list each per sequence.
@@ -151,10 +172,11 @@ def gradient_step(
     optimizer.zero_grad(set_to_none=True)
     total_tokens = max(sum(sum(m[1:]) for m in masks), 1)
     loss_sum, sums = 0.0, dict[str, float]()
+    order = prefix_order(sequences)
     starts = range(0, len(sequences), micro_batch_size)
     with (progress or WorkProgress(enabled=False)).stage("update", total=len(starts), unit="micro-batch") as stage:
         for k, start in enumerate(starts, 1):
-            idx = range(start, min(start + micro_batch_size, len(sequences)))
+            idx = order[start : start + micro_batch_size]
             batch = pad_batch([sequences[i] for i in idx], [masks[i] for i in idx], pad_id, device)
             width = batch.input_ids.shape[1]
             extras = {
