@@ -5,6 +5,7 @@ memory-bandwidth bound and llama.cpp as the anchor; or the per-episode cache aga
     python benchmarks/llm_rollout_throughput.py --rounds 1 --max-new-tokens 8 --turns 2   # a quick look
     python benchmarks/llm_rollout_throughput.py --mode cache --threads 2                  # cached against re-read
     python benchmarks/llm_rollout_throughput.py --mode engines --threads 1 --rounds 4     # packed decoder against transformers
+    python benchmarks/llm_rollout_throughput.py --mode prefix --threads 1 --rounds 2      # shared prefix against whole rows
     python benchmarks/llm_rollout_throughput.py --device cuda --groups 8 --group-size 8 --max-new-tokens 128
 
 The tasks are ``tools:bank`` tasks with at least ``--turns`` user turns, and episodes are cut after
@@ -50,6 +51,14 @@ llama.cpp, peak RSS 3 GB).
 (``--engine transformers``), same tasks, seed and sampling, alternating rounds; the medians, their
 ratio and each round's ratio. The two sample the same distribution up to float32 rounding, so
 their episodes can part after a near-tie and their token counts differ a little.
+
+``--mode prefix``: one gradient step (``tokens.gradient_step``, micro-batches of 4 cut in prefix
+order, cross-entropy on the assistant tokens, AdamW) with the rows' shared prefix run once
+(``decoder.shared_prefix_hidden``) against every row run whole, alternating rounds, on scripted
+``tools:bank`` episodes (expert and one-mistake, three variants) in two layouts: ``groups``
+(``--groups`` tasks x ``--group-size`` episodes, what GRPO's update sees) and ``mixed`` (a task per
+episode, what RCTP's batches see); tokens of the batch per second of the step, the medians and
+their ratio.
 
 ``--mode cache``: the per-episode cache (each turn prefills only the tokens that are new since
 the last one) against re-reading every conversation at each turn (``RolloutSettings.keep_cache``
@@ -472,9 +481,85 @@ def compare_engines(args: argparse.Namespace) -> None:
     compare(args, {"packed": settings_of(args, engine="auto"), "transformers": settings_of(args, engine="transformers")})
 
 
+def compare_prefix(args: argparse.Namespace) -> None:
+    """One gradient step (``gradient_step``: micro-batches of 4, AdamW) with the rows' shared prefix
+    run once against every row run whole, alternating rounds, on scripted episodes in two layouts."""
+    import transformers
+
+    from cleanrl_style.llm import tokens
+    from cleanrl_style.llm.rollout import tokenize_conversation
+    from cleanrl_style.llm.sft import cross_entropy_loss
+    from cleanrl_style.llm.train import build_policy
+    from envs.text import ExpertPolicy, NoisyPolicy, rollout
+
+    setup = build_policy(
+        args.model, args.device, 1e-7, with_reference=False, gradient_checkpointing=args.gradient_checkpointing
+    )
+    family = make_task_family("tools:bank", num_tasks=400, variants=("base", "missing_function", "missing_parameter"))
+    env = family.make_env()
+    count = args.groups * args.group_size
+
+    def episode(task: int, k: int) -> tuple[list[int], list[bool]]:
+        policy = ExpertPolicy() if k % 2 == 0 else NoisyPolicy(mistake_prob=1.0, seed=k)
+        return tokenize_conversation(
+            setup.tokenizer, rollout(env, policy, seed=k, options=family.reset_options(task)).messages
+        )
+
+    layouts = {  # GRPO's update: groups of one task; RCTP's batches: a different task per episode
+        "groups": [episode(family.train_ids[g], k) for g in range(args.groups) for k in range(args.group_size)],
+        "mixed": [episode(family.train_ids[k], k) for k in range(count)],
+    }
+    rates: dict[tuple[str, str], list[float]] = {}
+    load_before = load_average()
+    for layout, data in layouts.items():
+        sequences, masks = [d[0] for d in data], [d[1] for d in data]
+        total = sum(len(x) for x in sequences)
+        for r in range(args.rounds):
+            for name in ("shared", "whole") if r % 2 == 0 else ("whole", "shared"):
+                tokens.MIN_SHARED_PREFIX = 16 if name == "shared" else 10**9
+                started = time.perf_counter()
+                tokens.gradient_step(
+                    setup.policy,
+                    setup.optimizer,
+                    sequences,
+                    masks,
+                    setup.tokenizer.pad_token_id,
+                    cross_entropy_loss,
+                    micro_batch_size=4,
+                    aggregation="token",
+                    precision=args.precision,
+                )
+                seconds = time.perf_counter() - started
+                rates.setdefault((layout, name), []).append(total / seconds)
+                print(
+                    f"round {r}: {layout:>6} {name:>6}: {total} tokens in {seconds:.1f} s = {total / seconds:.1f} tokens/s",
+                    flush=True,
+                )
+    print(
+        f"\n{count} scripted tools:bank episodes (expert and one-mistake, base / missing_function / missing_parameter), "
+        f"micro-batches of 4 in prefix order, {args.precision}, activation checkpointing {args.gradient_checkpointing}, "
+        f"device {args.device}"
+    )
+    print(
+        f"conditions: {time.strftime('%Y-%m-%d')}, {cpu_model()}, {os.cpu_count()} cores, {args.threads} torch threads, "
+        f"1-minute load average {load_before:.1f} before and {load_average():.1f} after; torch {torch.__version__}, "
+        f"transformers {transformers.__version__}; commit {git_commit()}"
+    )
+    for layout in layouts:
+        shared, whole = rates[(layout, "shared")], rates[(layout, "whole")]
+        ratios = sorted(a / b for a, b in zip(shared, whole))
+        print(
+            f"{layout}: median over {args.rounds} rounds: shared {statistics.median(shared):.1f} tokens/s, whole "
+            f"{statistics.median(whole):.1f} tokens/s, ratio {statistics.median(shared) / statistics.median(whole):.2f}x "
+            f"(per round: {', '.join(f'{x:.2f}' for x in ratios)})"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--mode", default="report", choices=["report", "cache", "engines"], help="see the module docstring")
+    parser.add_argument(
+        "--mode", default="report", choices=["report", "cache", "engines", "prefix"], help="see the module docstring"
+    )
     parser.add_argument(
         "--engine", default="auto", choices=["auto", "transformers"], help="generation engine (TurnGenerator's engine)"
     )
@@ -500,7 +585,7 @@ def main() -> None:
     if args.threads is None:
         args.threads = 1 if args.mode == "report" else 2
     torch.set_num_threads(args.threads)
-    {"report": report, "cache": compare_cache, "engines": compare_engines}[args.mode](args)
+    {"report": report, "cache": compare_cache, "engines": compare_engines, "prefix": compare_prefix}[args.mode](args)
 
 
 if __name__ == "__main__":
