@@ -87,6 +87,7 @@ from cleanrl_style.llm.train import (
     finish,
     iteration_seed,
     policy_update,
+    release_training_state,
     rollout_metrics,
     sample_groups,
     save_policy_checkpoint,
@@ -345,6 +346,7 @@ def run_rctp(args: Args, run: Run) -> None:
         progress=progress,
         label="RCTP",
     )
+    release_training_state(setup)
     if args.eval_episodes > 0:
         # Whether the tokens steer, before any RL: the same held-out tasks conditioned on the low token
         # (finish() evaluates the high one); RC-GRPO's groups need the two to differ.
@@ -462,6 +464,7 @@ def run_rc_grpo(args: Args, run: Run) -> None:
         run.progress(iteration, metrics["charts/success_rate"])
         if run.checkpoint_due(iteration) or iteration == args.total_timesteps:
             save_policy_checkpoint(run, iteration, policy, setup.optimizer)
+    release_training_state(setup)
     finish(
         run,
         policy,

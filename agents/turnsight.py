@@ -62,6 +62,7 @@ from cleanrl_style.llm.train import (
     iteration_seed,
     policy_update,
     reference_logprobs,
+    release_training_state,
     rollout_metrics,
     sample_groups,
     save_policy_checkpoint,
@@ -384,6 +385,7 @@ if __name__ == "__main__":
         if run.checkpoint_due(iteration) or iteration == args.total_timesteps:
             save_policy_checkpoint(run, iteration, policy, setup.optimizer)
 
+    release_training_state(setup)
     finish(
         run,
         policy,

@@ -715,6 +715,21 @@ def test_gradient_checkpointing_gives_the_same_update(tmp_path, tokenizer):
         torch.testing.assert_close(weights[True][name], value, atol=1e-6, rtol=1e-5)
 
 
+def test_releasing_the_training_state_frees_the_moments_gradients_and_reference(tmp_path, tokenizer):
+    from llm_tiny_model import save_tiny_model
+
+    from cleanrl_style.llm.train import build_policy, release_training_state
+
+    setup = build_policy(str(save_tiny_model(tmp_path / "tiny")), "cpu", 1e-3)
+    rows, masks = prefix_sharing_rows(tokenizer)
+    loss = gradient_step(setup.policy, setup.optimizer, rows, masks, tokenizer.pad_token_id, lambda logp, extras: (-logp, {}))
+    assert setup.optimizer.state and setup.reference is not None and loss["loss"] == loss["loss"]
+    setup.policy.zero_grad(set_to_none=False)  # gradients present, as in the middle of a step
+    release_training_state(setup)
+    assert not setup.optimizer.state and setup.reference is None
+    assert all(p.grad is None for p in setup.policy.parameters())
+
+
 def test_the_key_value_buffer_keeps_its_columns_when_it_grows_and_rows_are_selected():
     from cleanrl_style.llm.decoder import MIN_GROWTH, KVBuffer
 
