@@ -301,16 +301,22 @@ def test_bad_sampling_settings_are_refused_with_the_reason(kwargs, message):
 # ---- log-probs and the gradient step ----------------------------------------------------------------------
 
 
+def assert_scored_as_the_full_softmax(model, batch, scored: int) -> None:
+    """token_logprobs equals the transformers forward of the whole padded batch at each of the
+    ``scored`` masked positions, and is 0 elsewhere."""
+    with torch.no_grad():
+        logp = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.mask)
+        full = torch.log_softmax(model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float(), -1)
+    for b, t in batch.mask.nonzero().tolist():
+        assert logp[b, t].item() == pytest.approx(full[b, t - 1, batch.input_ids[b, t]].item(), abs=1e-5)
+    assert (logp[~batch.mask] == 0).all() and batch.mask.sum() == scored
+
+
 def test_token_logprobs_equal_a_full_softmax_at_masked_positions(tokenizer, tiny):
     batch = pad_batch(
         [[5, 6, 7, 8, 9], [10, 11, 12]], [[False, False, True, True, False], [False, True, True]], tokenizer.pad_token_id
     )
-    with torch.no_grad():
-        logp = token_logprobs(tiny, batch.input_ids, batch.attention_mask, batch.mask)
-        full = torch.log_softmax(tiny(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float(), -1)
-    for b, t in batch.mask.nonzero().tolist():
-        assert logp[b, t].item() == pytest.approx(full[b, t - 1, batch.input_ids[b, t]].item(), abs=1e-5)
-    assert (logp[~batch.mask] == 0).all() and batch.mask.sum() == 4
+    assert_scored_as_the_full_softmax(tiny, batch, scored=4)
 
 
 SYSTEM = "<|im_start|>system\nYou are a bank assistant. Call the tools to move money between accounts.<|im_end|>\n"
@@ -348,12 +354,7 @@ def test_rows_with_a_shared_prefix_are_scored_as_the_full_batch(tokenizer, tiny)
     rows, masks = prefix_sharing_rows(tokenizer)
     batch = pad_batch(rows, masks, tokenizer.pad_token_id)
     assert scoring_prefix_length(batch.input_ids, batch.attention_mask, batch.mask) >= MIN_SHARED_PREFIX
-    with torch.no_grad():
-        logp = token_logprobs(tiny, batch.input_ids, batch.attention_mask, batch.mask)
-        full = torch.log_softmax(tiny(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float(), -1)
-    for b, t in batch.mask.nonzero().tolist():
-        assert logp[b, t].item() == pytest.approx(full[b, t - 1, batch.input_ids[b, t]].item(), abs=1e-5)
-    assert (logp[~batch.mask] == 0).all() and batch.mask.sum() == 12
+    assert_scored_as_the_full_softmax(tiny, batch, scored=12)
 
 
 @pytest.mark.parametrize("checkpointing", [False, True])
