@@ -29,7 +29,9 @@ then, after the last round,
    collector's sampled tokens, so both sides do the same passes), one episode after another (the
    high-level API holds one sequence), a common prefix with the previous episode kept in its
    cache. Generated tokens per second of that time. Skipped, with the install command, if
-   ``import llama_cpp`` fails: ``pip install 'cleanrl-style-suite[bench]'``.
+   ``import llama_cpp`` fails: ``pip install 'cleanrl-style-suite[bench]'``. If llama.cpp's
+   process dies with the weights repacked for the CPU (its AMX path on a Xeon VM died with
+   SIGILL), it runs again with the weights as stored (``use_extra_bufts`` off), and says so.
 
 The model is set up as the agents set it up (``build_policy``: the policy, a frozen reference
 copy, AdamW), and the process's peak resident memory (``getrusage``'s ``ru_maxrss``) and current
@@ -241,6 +243,16 @@ def llama_child(path: str) -> None:
     import llama_cpp
 
     job = json.loads(Path(path).read_text())
+    if not job["repack"]:  # weights as stored: no repacking into extra buffer types (AMX and the like)
+        defaults = llama_cpp.llama_model_default_params
+
+        def without_repacking() -> Any:
+            params = defaults()
+            params.use_extra_bufts = False
+            return params
+
+        llama_cpp.llama_cpp.llama_model_default_params = without_repacking
+        llama_cpp.llama.llama_cpp.llama_model_default_params = without_repacking
     llm = llama_cpp.Llama(
         model_path=job["gguf"],
         n_ctx=job["context"],
@@ -267,20 +279,26 @@ def llama_anchor(gguf: Path, threads: int, replays: list[list[Rollout]]) -> tupl
             [{"tokens": x.tokens, "turns": [[t.start, t.end] for t in x.turns]} for x in rollouts] for rollouts in replays
         ],
     }
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(job, f)
-    try:
-        child = subprocess.run([sys.executable, __file__, "--llama-replay", f.name], capture_output=True, text=True)
-    finally:
-        os.unlink(f.name)
-    lines = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
-    if child.returncode != 0 or len(lines) != len(replays) + 1:
+    failures = []
+    # llama.cpp repacks the weights for the CPU's extensions (AMX on a Xeon); where that path dies
+    # (SIGILL on a VM that lists AMX), the weights are used as stored.
+    for repack in (True, False):
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(job | {"repack": repack}, f)
+        try:
+            child = subprocess.run([sys.executable, __file__, "--llama-replay", f.name], capture_output=True, text=True)
+        finally:
+            os.unlink(f.name)
+        lines = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
+        if child.returncode == 0 and len(lines) == len(replays) + 1:
+            how = "" if repack else f", without repacking the weights (with it: {failures[0]})"
+            return lines[1:], f"llama-cpp-python {lines[0]['version']}{how}"
         tail = child.stderr.strip().splitlines()[-3:]
         status = (
             f"signal {signal.Signals(-child.returncode).name}" if child.returncode < 0 else f"exit status {child.returncode}"
         )
-        return [], f"llama.cpp anchor failed: {status} ({' | '.join(tail) or 'no message'})"
-    return lines[1:], f"llama-cpp-python {lines[0]['version']}"
+        failures.append(f"{status} ({' | '.join(tail) or 'no message'})")
+    return [], f"llama.cpp anchor failed: {'; without repacking: '.join(failures)}"
 
 
 # ---- the modes ------------------------------------------------------------------------------------------

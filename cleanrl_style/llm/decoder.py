@@ -31,6 +31,10 @@ default, attention or MLP biases, another activation than SiLU, a LoRA wrapper) 
 :func:`packed_llama_for`, and the generator falls back to the transformers forward. Tests check
 every sampled token's log-probability against a full transformers pass on a random tiny Llama,
 over turns with holes in the mask, with and without a shared prefix.
+
+For scoring (``tokens.token_logprobs``: the update, the reference and teacher log-probabilities),
+:func:`shared_prefix_hidden` runs the prefix that every row of a micro-batch starts with once,
+with gradient, through the model's own layer modules (so any Llama, LoRA included).
 """
 
 from __future__ import annotations
