@@ -75,7 +75,6 @@ import importlib.util
 import json
 import os
 import platform
-import resource
 import signal
 import statistics
 import subprocess
@@ -139,15 +138,18 @@ def load_average() -> float:
 
 
 def memory(label: str) -> float:
-    """Print and return the process's peak RSS so far in GB (``ru_maxrss``; and the current RSS)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+    """Print and return the process's peak RSS so far in GiB (``train.peak_rss_gib``, what the
+    agents log; and the current RSS)."""
+    from cleanrl_style.llm.train import peak_rss_gib
+
+    peak = peak_rss_gib()
     try:
         import psutil
 
-        now = f", current RSS {psutil.Process().memory_info().rss / 2**30:.2f} GB"
+        now = f", current RSS {psutil.Process().memory_info().rss / 2**30:.2f} GiB"
     except ImportError:
         now = ""
-    print(f"memory after {label}: peak RSS {peak:.2f} GB{now}", flush=True)
+    print(f"memory after {label}: peak RSS {peak:.2f} GiB{now}", flush=True)
     return peak
 
 
@@ -408,7 +410,7 @@ def report(args: argparse.Namespace) -> None:
         "GRPO update: reference forward, forward and backward in micro-batches of 4, AdamW step)"
     )
     print(
-        f"peak RSS:    {peaks['setup']:.2f} GB after setup, {peaks['generation']:.2f} after round 0's generation, "
+        f"peak RSS:    {peaks['setup']:.2f} GiB after setup, {peaks['generation']:.2f} after round 0's generation, "
         f"{peaks['training']:.2f} after its update, {peaks['last']:.2f} after the last round's update"
     )
     print(
@@ -446,8 +448,10 @@ def report(args: argparse.Namespace) -> None:
     else:
         print("goal: within 2x of llama.cpp: not measured")
     peak = peaks["last"]
+    peak_gb = peak * 2**30 / 1e9  # the goal is in GB
     print(
-        f"goal: peak RSS <= {GOAL_PEAK_RSS_GB:.0f} GB: {mark(peak <= GOAL_PEAK_RSS_GB)} for this process ({peak:.2f} GB; "
+        f"goal: peak RSS <= {GOAL_PEAK_RSS_GB:.0f} GB: {mark(peak_gb <= GOAL_PEAK_RSS_GB)} for this process "
+        f"({peak:.2f} GiB = {peak_gb:.2f} GB; "
         "a recipe run holds the same model, reference and optimizer, with longer and more episodes)"
     )
 

@@ -91,8 +91,8 @@ def test_agent_runs_on_each_env_family(agent, env, precision, flags, tiny_model_
     assert all(math.isfinite(v) for v in progress_values(run_dir, "losses/policy_loss"))
     assert progress_values(run_dir, "charts/generated_tokens")[0] > 0
     # The process's peak RSS at the iteration and again after the final evaluation (never lower).
-    rss = progress_values(run_dir, "memory/peak_rss_gb")
-    assert progress_steps(run_dir, "memory/peak_rss_gb") == [1, 1] and 0.1 < rss[0] <= rss[1] < 100
+    rss = progress_values(run_dir, "memory/peak_rss_gib")
+    assert progress_steps(run_dir, "memory/peak_rss_gib") == [1, 1] and 0.1 < rss[0] <= rss[1] < 100
     checkpoint = load_checkpoint(run_dir)
     assert checkpoint["iteration"] == 1
     assert checkpoint["optimizer"]["state"]  # saved before the training state was released for the evaluation

@@ -35,7 +35,7 @@ from cleanrl_style.llm.args import LLMRunArgs
 from cleanrl_style.llm.progress import WorkProgress
 from cleanrl_style.llm.rollout import evaluate_held_out, tokenize_conversation
 from cleanrl_style.llm.tokens import gradient_step
-from cleanrl_style.llm.train import build_policy, finish, peak_rss_gb, release_training_state, save_policy_checkpoint
+from cleanrl_style.llm.train import build_policy, finish, peak_rss_gib, release_training_state, save_policy_checkpoint
 from cleanrl_style.runs.cli import check_range
 from cleanrl_style.runs.run import Run
 
@@ -171,7 +171,7 @@ def supervised_steps(
             "charts/learning_rate": learning_rate,
             "time/iteration_seconds": time.perf_counter() - started,
             "time/iteration_cpu_seconds": time.process_time() - cpu_started,
-            "memory/peak_rss_gb": peak_rss_gb(),
+            "memory/peak_rss_gib": peak_rss_gib(),
         }
         if epoch_metric:
             metrics[epoch_metric] = (step - 1) // math.ceil(len(sequences) / batch_size)

@@ -158,14 +158,14 @@ def release_training_state(setup: PolicySetup) -> None:
     setup.reference = None
 
 
-def peak_rss_gb() -> float:
-    """The process's peak resident memory so far in GB (``getrusage``'s ``ru_maxrss``: KiB on
-    Linux, bytes on macOS), logged as ``memory/peak_rss_gb``."""
+def peak_rss_gib() -> float:
+    """The process's peak resident memory so far in GiB (2^30 bytes; ``getrusage``'s ``ru_maxrss``
+    is KiB on Linux, bytes on macOS), logged as ``memory/peak_rss_gib``."""
     import resource
     import sys
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 1e9 if sys.platform == "darwin" else peak * 1024 / 1e9
+    return peak / 2**30 if sys.platform == "darwin" else peak / 2**20
 
 
 def reference_logprobs(
@@ -265,7 +265,7 @@ def rollout_metrics(rollouts: Sequence[Any], rewards: torch.Tensor, timing: dict
         "charts/cut_fraction": stats["cut_fraction"],
         "charts/tokens_per_second": timing["tokens_per_second"],
         "charts/generated_tokens": timing["generated_tokens"],
-        "memory/peak_rss_gb": peak_rss_gb(),
+        "memory/peak_rss_gib": peak_rss_gib(),
     }
 
 
@@ -355,7 +355,7 @@ def finish(
             record=run.dir / HELD_OUT_FILE,
             step=final_step,
         )
-        run.log(final_step, metrics | {"memory/peak_rss_gb": peak_rss_gb()})
+        run.log(final_step, metrics | {"memory/peak_rss_gib": peak_rss_gib()})
         suffix = f" (conditioned on {first_user_suffix.strip()})" if first_user_suffix else ""
         print(f"held-out success over {eval_episodes} tasks{suffix}: {metrics['charts/test_success_rate']:.3f}")
     if save_model and final_step > 0:
