@@ -14,10 +14,11 @@ this agent does not let you turn off): a call with wrong arguments that still la
 state fails.
 
 **Stage 1, RCTP** (reward-conditioned trajectory policy). Trajectories from the environment's
-scripted policies (the expert, and the noisy policy with one mistake per episode), optionally with
-episodes sampled from the starting model itself (``--rctp-on-policy N``: its own failures, the
-behaviour the low token should name), labelled by their actual reward, shuffled and mixed 1:1
-successful/failed. A reward-goal token is appended to the first
+scripted policies (the expert, and the noisy policy with one mistake per episode, a share
+``--rctp-noisy-share`` of them, half by default), optionally with episodes sampled from the starting
+model itself (``--rctp-on-policy N``: its own failures, the behaviour the low token should name;
+with ``--rctp-noisy-share 0`` they are the only failures), labelled by their actual reward, shuffled
+and mixed 1:1 successful/failed. A reward-goal token is appended to the first
 user message: ``<|high_reward|>`` on successes, ``<|low_reward|>`` on failures; both are added to
 the tokenizer as special tokens whose embeddings start at those of the words `` success`` and
 `` failure`` (``--token-init words``). With transformers' default, the mean embedding for both
@@ -119,6 +120,9 @@ class Args(LLMRunArgs):
     """trajectories per RCTP optimizer step"""
     rctp_epochs: int = 5
     """passes over the RCTP data"""
+    rctp_noisy_share: float = 0.5
+    """share of the scripted trajectories played by the noisy policy (one mistake per episode, mostly
+    failures); the rest by the expert. 0 with --rctp-on-policy: the failures are the model's own"""
     rctp_data: str = ""
     """JSONL of trajectories (envs.text.save_jsonl); empty: generate them with the scripted policies"""
     rctp_on_policy: int = 0
@@ -153,6 +157,7 @@ class Args(LLMRunArgs):
 
     def validate(self) -> None:
         check_range("p_high", self.p_high, 0, 1)  # a share of each group
+        check_range("rctp_noisy_share", self.rctp_noisy_share, 0, 1)
         require(
             self.require_gold_calls,
             "RC-GRPO's success requires the gold calls; --no-require-gold-calls is for grpo.py and turnsight.py",
@@ -193,9 +198,16 @@ def draw_reward_tokens(num_groups: int, group_size: int, p_high: float, rng: ran
     return tokens
 
 
-def scripted_episodes(family, count: int, seed: int) -> list[tuple[list[dict[str, str]], float]]:
-    """``count`` episodes alternating the expert (successes) and the noisy policy with one mistake
-    per episode (mostly failures), on random training tasks; (messages, reward) each."""
+def is_noisy(k: int, noisy_share: float) -> bool:
+    """Whether scripted episode ``k`` is the noisy policy's: spread evenly, ``floor(count * share)``
+    of the first ``count`` (share 0.5: the odd ``k``)."""
+    return math.floor((k + 1) * noisy_share) > math.floor(k * noisy_share)
+
+
+def scripted_episodes(family, count: int, seed: int, noisy_share: float = 0.5) -> list[tuple[list[dict[str, str]], float]]:
+    """``count`` episodes of the expert (successes) and, a share ``noisy_share`` spread among them, of
+    the noisy policy with one mistake per episode (mostly failures), on random training tasks;
+    (messages, reward) each."""
     from envs.text import ExpertPolicy, NoisyPolicy, rollout
 
     if family.kind != "tools":
@@ -204,7 +216,7 @@ def scripted_episodes(family, count: int, seed: int) -> list[tuple[list[dict[str
     rng = random.Random(seed)
     episodes = []
     for k in range(count):
-        policy = ExpertPolicy() if k % 2 == 0 else NoisyPolicy(mistake_prob=1.0, seed=seed * 7919 + k)
+        policy = NoisyPolicy(mistake_prob=1.0, seed=seed * 7919 + k) if is_noisy(k, noisy_share) else ExpertPolicy()
         trajectory = rollout(env, policy, seed=k, options=family.reset_options(rng.choice(family.train_ids)))
         episodes.append((trajectory.messages, trajectory.reward))
     return episodes
@@ -314,7 +326,7 @@ def run_rctp(args: Args, run: Run) -> None:
 
         episodes = [(t["messages"], float(t["reward"])) for t in load_jsonl(args.rctp_data)]
     else:
-        episodes = scripted_episodes(family, args.rctp_trajectories, args.seed)
+        episodes = scripted_episodes(family, args.rctp_trajectories, args.seed, args.rctp_noisy_share)
     if args.rctp_on_policy:
         episodes += on_policy_episodes(args, run, policy, tokenizer, family, progress)
     sequences, masks = rctp_dataset(episodes, tokenizer, args.token_separator, args.rctp_max_tokens, args.seed)

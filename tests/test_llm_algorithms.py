@@ -276,6 +276,29 @@ def test_rctp_data_refuses_episodes_of_one_outcome_and_keeps_conversations_up_to
     assert [len(s) for s in kept] == [n for n in map(len, sequences) if n <= shortest] and kept
 
 
+@pytest.mark.parametrize("share", [0.0, 0.25, 0.5, 1 / 3, 1.0])
+def test_the_noisy_share_of_scripted_episodes_is_spread_evenly(share):
+    flags = [rc_grpo.is_noisy(k, share) for k in range(12)]
+    for count in range(1, 13):  # every prefix holds floor(count * share) noisy episodes
+        assert sum(flags[:count]) == math.floor(count * share)
+    if share == 0.5:
+        assert flags == [k % 2 == 1 for k in range(12)]  # the default alternates, the expert first
+
+
+def test_scripted_episodes_follow_the_noisy_share(tasks):
+    expert_only = rc_grpo.scripted_episodes(tasks, 6, seed=0, noisy_share=0.0)
+    assert all(reward == 1.0 for _, reward in expert_only)
+    noisy_only = rc_grpo.scripted_episodes(tasks, 6, seed=0, noisy_share=1.0)
+    assert sum(reward < 1.0 for _, reward in noisy_only) >= 4  # one mistake per episode: mostly failures
+    half = rc_grpo.scripted_episodes(tasks, 6, seed=0)
+    assert [r for _, r in half[0::2]] == [1.0] * 3 and half[0::2] == expert_only[0::2]  # the same tasks and seeds
+    assert half[1::2] == noisy_only[1::2]
+    from cleanrl_style.runs.cli import UsageError
+
+    with pytest.raises(UsageError, match=r"--rctp-noisy-share 1.5: must lie in \[0, 1\]"):
+        rc_grpo.Args(rctp_noisy_share=1.5).validate()
+
+
 def test_rctp_data_shuffles_each_outcome_before_the_one_to_one_cut(tasks):
     """Failures from a second source appended after the scripted ones still reach the data."""
     tokenizer = build_tokenizer()
@@ -648,6 +671,13 @@ def test_a_resume_may_add_supervised_epochs_and_nothing_else_that_shapes_the_dat
 
     # batches follow from the step number (sft.batch_order): more epochs extend a run exactly
     assert "rctp_epochs" in rc_grpo.Args.resume_may_change and "epochs" in sft.Args.resume_may_change
-    for shaping in ("rctp_trajectories", "rctp_batch_size", "rctp_on_policy", "token_init", "learning_rate"):
+    for shaping in (
+        "rctp_trajectories",
+        "rctp_noisy_share",
+        "rctp_batch_size",
+        "rctp_on_policy",
+        "token_init",
+        "learning_rate",
+    ):
         assert shaping not in rc_grpo.Args.resume_may_change
     assert not {"trajectories", "batch_size", "crash_first"} & sft.Args.resume_may_change
