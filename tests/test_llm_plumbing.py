@@ -319,6 +319,21 @@ def test_token_logprobs_equal_a_full_softmax_at_masked_positions(tokenizer, tiny
     assert_scored_as_the_full_softmax(tiny, batch, scored=4)
 
 
+def test_pad_batch_right_pads_ids_and_masks_and_never_scores_the_first_token():
+    batch = pad_batch([[5, 6, 7], [8]], [[True, True, False], [True]], pad_id=0)
+    assert batch.input_ids.tolist() == [[5, 6, 7], [8, 0, 0]] and batch.input_ids.dtype == torch.long
+    assert batch.attention_mask.tolist() == [[1, 1, 1], [1, 0, 0]] and batch.attention_mask.dtype == torch.long
+    assert batch.mask.tolist() == [[False, True, False], [False, False, False]] and batch.mask.dtype == torch.bool
+
+
+def test_prefix_order_sorts_rows_by_their_tokens_so_common_starts_sit_together():
+    from cleanrl_style.llm.tokens import prefix_order
+
+    rows = [[3, 1], [1, 2, 9], [3, 0, 4], [1, 2], [2]]
+    assert prefix_order(rows) == [3, 1, 4, 2, 0]  # [1,2] < [1,2,9] < [2] < [3,0,4] < [3,1]
+    assert prefix_order([]) == []
+
+
 SYSTEM = "<|im_start|>system\nYou are a bank assistant. Call the tools to move money between accounts.<|im_end|>\n"
 
 
