@@ -363,13 +363,64 @@ def test_the_shared_prefix_is_every_rows_common_start_before_the_first_scored_pr
     assert scoring_prefix_length(same, torch.ones_like(same), torch.zeros_like(same, dtype=torch.bool)) == 2
 
 
-def test_rows_with_a_shared_prefix_are_scored_as_the_full_batch(tokenizer, tiny):
-    """The prefix is run once (the path is taken: its length passes the threshold) and every scored
-    token's log-probability equals the transformers forward of the whole padded batch."""
+def count_shared_prefix_passes(monkeypatch) -> list[int]:
+    """Spy on token_logprobs' shared-prefix path: the prefix length of each call lands in the list."""
+    from cleanrl_style.llm import tokens
+
+    calls: list[int] = []
+    real = tokens.shared_prefix_hidden
+
+    def spy(model, input_ids, attention_mask, prefix):
+        calls.append(prefix)
+        return real(model, input_ids, attention_mask, prefix)
+
+    monkeypatch.setattr(tokens, "shared_prefix_hidden", spy)
+    return calls
+
+
+def test_rows_with_a_shared_prefix_are_scored_as_the_full_batch(tokenizer, tiny, monkeypatch):
+    """The prefix is run once (the shared path is taken) and every scored token's log-probability
+    equals the transformers forward of the whole padded batch."""
+    calls = count_shared_prefix_passes(monkeypatch)
+    rows, masks = prefix_sharing_rows(tokenizer)
+    batch = pad_batch(rows, masks, tokenizer.pad_token_id)
+    prefix = scoring_prefix_length(batch.input_ids, batch.attention_mask, batch.mask)
+    assert prefix >= MIN_SHARED_PREFIX
+    assert_scored_as_the_full_softmax(tiny, batch, scored=12)
+    assert calls == [prefix]
+
+
+@pytest.mark.parametrize("first_scored, shared", [(MIN_SHARED_PREFIX + 1, True), (MIN_SHARED_PREFIX, False)])
+def test_a_prefix_is_shared_from_min_shared_prefix_tokens_on(tokenizer, tiny, monkeypatch, first_scored, shared):
+    """Rows that agree on their first 24 tokens, scored from column ``first_scored``: the shared
+    prefix ends before the scored token's predicting column, so it is MIN_SHARED_PREFIX tokens long
+    (shared) or one fewer (each row run whole); the scores are the full forward's either way."""
+    calls = count_shared_prefix_passes(monkeypatch)
+    generator = torch.Generator().manual_seed(0)
+    start = torch.randint(10, 200, (24,), generator=generator).tolist()
+    rows = [start + torch.randint(10, 200, (6,), generator=generator).tolist() for _ in range(3)]
+    masks = [[j >= first_scored and j < first_scored + 2 for j in range(len(r))] for r in rows]
+    batch = pad_batch(rows, masks, tokenizer.pad_token_id)
+    assert scoring_prefix_length(batch.input_ids, batch.attention_mask, batch.mask) == first_scored - 1
+    assert_scored_as_the_full_softmax(tiny, batch, scored=6)
+    assert calls == ([MIN_SHARED_PREFIX] if shared else [])
+
+
+def test_a_model_outside_the_llama_family_is_scored_whole(tokenizer, monkeypatch):
+    """A GPT-2 model (whose decoder shared_prefix_hidden does not reproduce) never takes the shared
+    path, even where its rows share a long start, and is scored as its full forward."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    calls = count_shared_prefix_passes(monkeypatch)
+    torch.manual_seed(0)
+    gpt2 = GPT2LMHeadModel(
+        GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=1, n_head=2, n_positions=256, attn_pdrop=0.0)
+    ).eval()
     rows, masks = prefix_sharing_rows(tokenizer)
     batch = pad_batch(rows, masks, tokenizer.pad_token_id)
     assert scoring_prefix_length(batch.input_ids, batch.attention_mask, batch.mask) >= MIN_SHARED_PREFIX
-    assert_scored_as_the_full_softmax(tiny, batch, scored=12)
+    assert_scored_as_the_full_softmax(gpt2, batch, scored=12)
+    assert calls == []
 
 
 @pytest.mark.parametrize("checkpointing", [False, True])
