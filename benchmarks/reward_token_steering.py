@@ -1,0 +1,95 @@
+"""Do an RCTP model's reward tokens steer what it samples? RC-GRPO's stage 2 samples its groups
+at the training temperature, half under ``<|high_reward|>`` and half under ``<|low_reward|>``, so
+the gate that matters for it is sampled success under each token, not only greedy success.
+
+    python benchmarks/reward_token_steering.py --run runs/recipes/llm_cpu_rc/tools-bank__rctp_own_failures__s1
+    python benchmarks/reward_token_steering.py --run <rc_grpo run> --episodes 128 --greedy --out steering.csv
+
+Loads the run's exported model (``<run>/model``) and its flags (``<run>/args.json``: the task
+family, the message and episode limits, the precision, the temperature), then plays the first
+``--episodes`` held-out tasks under each token. Both tokens start from the same random seed, so
+the two sets of episodes share their random draws and differ only where the token changes a
+token's probability: a paired comparison. Printed: success, turns and tool errors per episode under
+each token, the paired success difference with a 95% percentile bootstrap interval over tasks
+(2,000 resamples), and the tasks solved under one token only. ``--out`` keeps one row per episode
+(``step`` 0 for high, 1 for low).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import random
+import tempfile
+from pathlib import Path
+
+import torch
+
+
+def paired_difference(high: dict[int, float], low: dict[int, float], seed: int = 0) -> tuple[float, float, float]:
+    """Mean of high - low over the tasks both hold, and its 95% percentile bootstrap interval."""
+    diffs = [high[t] - low[t] for t in sorted(high) if t in low]
+    if not diffs:
+        raise ValueError("no task was played under both tokens")
+    rng = random.Random(seed)
+    means = sorted(sum(rng.choices(diffs, k=len(diffs))) / len(diffs) for _ in range(2000))
+    return sum(diffs) / len(diffs), means[49], means[1949]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run", required=True, help="an rc_grpo.py run folder with model/ and args.json")
+    parser.add_argument("--episodes", type=int, default=64, help="held-out tasks, the first of the test split")
+    parser.add_argument("--greedy", action="store_true", help="greedy episodes (the agent's evaluation) instead of sampled")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", default="", help="CSV of one row per episode")
+    args = parser.parse_args()
+    run = Path(args.run)
+    for needed in (run / "model", run / "args.json"):
+        if not needed.exists():
+            parser.error(f"{needed} is missing: --run takes a finished rc_grpo.py run folder (it exports model/)")
+    torch.set_num_threads(args.threads)
+
+    from llm_rollout_throughput import load_agent  # benchmarks/ is on the path of a script run from it
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from cleanrl_style.llm.rollout import evaluate_held_out
+
+    rc_grpo = load_agent("rc_grpo")
+    names = {field.name for field in dataclasses.fields(rc_grpo.Args)}
+    saved = json.loads((run / "args.json").read_text())
+    run_args = rc_grpo.Args(**{k: tuple(v) if isinstance(v, list) else v for k, v in saved.items() if k in names})
+    settings = run_args.eval_settings() if args.greedy else run_args.rollout_settings()
+    tokenizer = AutoTokenizer.from_pretrained(run / "model")
+    model = AutoModelForCausalLM.from_pretrained(run / "model").eval()
+    family = run_args.task_family()
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp()) / "episodes.csv"
+    out.unlink(missing_ok=True)
+    print(f"{run.name}: {args.episodes} held-out tasks, {'greedy' if args.greedy else 'sampled'}, seed {args.seed}")
+    for step, token in enumerate((rc_grpo.HIGH_REWARD, rc_grpo.LOW_REWARD)):
+        torch.manual_seed(args.seed)  # the same draws under both tokens
+        metrics = evaluate_held_out(
+            model, tokenizer, family, args.episodes, settings,
+            first_user_suffix=run_args.token_separator + token, record=out, step=step,
+        )  # fmt: skip
+        print(
+            f"{token}: success {metrics['charts/test_success_rate']:.3f}, turns {metrics['eval/turns_per_episode']:.2f}, "
+            f"tool errors {metrics['eval/tool_errors_per_episode']:.3f} per episode"
+        )
+    outcomes: list[dict[int, float]] = [{}, {}]
+    with out.open() as f:
+        for row in csv.DictReader(f):
+            outcomes[int(row["step"])][int(row["task_id"])] = float(row["reward"])
+    high, low = outcomes
+    mean, lo, hi = paired_difference(high, low)
+    only_high = sum(high[t] > low[t] for t in high)
+    only_low = sum(high[t] < low[t] for t in high)
+    print(f"high - low, paired by task: {mean:.3f} [{lo:.3f}, {hi:.3f}] (95% percentile bootstrap over tasks)")
+    print(f"tasks solved under one token only: high {only_high}, low {only_low}")
+
+
+if __name__ == "__main__":
+    main()
