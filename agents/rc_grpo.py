@@ -14,13 +14,13 @@ this agent does not let you turn off): a call with wrong arguments that still la
 state fails.
 
 **Stage 1, RCTP** (reward-conditioned trajectory policy). Trajectories from the environment's
-scripted policies (the expert, and the noisy policy with one mistake per episode, a share
-``--rctp-noisy-share`` of them, half by default), optionally with episodes sampled from the starting
-model itself (``--rctp-on-policy N``: its own failures, the behaviour the low token should name;
-with ``--rctp-noisy-share 0`` they are the only failures), labelled by their actual reward, shuffled
-and mixed 1:1 successful/failed. A reward-goal token is appended to the first
-user message: ``<|high_reward|>`` on successes, ``<|low_reward|>`` on failures; both are added to
-the tokenizer as special tokens whose embeddings start at those of the words `` success`` and
+scripted policies (the expert, and the noisy policy with one mistake per episode, or one in each
+turn with ``--rctp-noisy-every-turn``, a share ``--rctp-noisy-share`` of them, half by default),
+optionally with episodes sampled from the starting model itself (``--rctp-on-policy N``: its own
+failures, the behaviour the low token should name; with ``--rctp-noisy-share 0`` they are the only
+failures), labelled by their actual reward, shuffled and mixed 1:1 successful/failed. A reward-goal
+token is appended to the first user message: ``<|high_reward|>`` on successes, ``<|low_reward|>``
+on failures; both are added to the tokenizer as special tokens whose embeddings start at those of the words `` success`` and
 `` failure`` (``--token-init words``). With transformers' default, the mean embedding for both
 (``--token-init mean``), the two rows of SmolLM2-135M differ by 1e-4 in norm against row norms of
 about 3, and 17 Adam steps at lr 5e-5 move each coordinate by at most 8.5e-4: after one RCTP epoch
@@ -123,6 +123,9 @@ class Args(LLMRunArgs):
     rctp_noisy_share: float = 0.5
     """share of the scripted trajectories played by the noisy policy (one mistake per episode, mostly
     failures); the rest by the expert. 0 with --rctp-on-policy: the failures are the model's own"""
+    rctp_noisy_every_turn: bool = False
+    """the noisy policy errs in every turn that has gold calls, not in one: under the low token a
+    mistake is then what each such turn of the data does, which greedy decoding can follow"""
     rctp_data: str = ""
     """JSONL of trajectories (envs.text.save_jsonl); empty: generate them with the scripted policies"""
     rctp_on_policy: int = 0
@@ -204,10 +207,12 @@ def is_noisy(k: int, noisy_share: float) -> bool:
     return math.floor((k + 1) * noisy_share) > math.floor(k * noisy_share)
 
 
-def scripted_episodes(family, count: int, seed: int, noisy_share: float = 0.5) -> list[tuple[list[dict[str, str]], float]]:
+def scripted_episodes(
+    family, count: int, seed: int, noisy_share: float = 0.5, every_turn: bool = False
+) -> list[tuple[list[dict[str, str]], float]]:
     """``count`` episodes of the expert (successes) and, a share ``noisy_share`` spread among them, of
-    the noisy policy with one mistake per episode (mostly failures), on random training tasks;
-    (messages, reward) each."""
+    the noisy policy with one mistake per episode, or one in each turn with gold calls
+    (``every_turn``) (mostly failures), on random training tasks; (messages, reward) each."""
     from envs.text import ExpertPolicy, NoisyPolicy, rollout
 
     if family.kind != "tools":
@@ -216,7 +221,8 @@ def scripted_episodes(family, count: int, seed: int, noisy_share: float = 0.5) -
     rng = random.Random(seed)
     episodes = []
     for k in range(count):
-        policy = NoisyPolicy(mistake_prob=1.0, seed=seed * 7919 + k) if is_noisy(k, noisy_share) else ExpertPolicy()
+        noisy = is_noisy(k, noisy_share)
+        policy = NoisyPolicy(mistake_prob=1.0, seed=seed * 7919 + k, every_turn=every_turn) if noisy else ExpertPolicy()
         trajectory = rollout(env, policy, seed=k, options=family.reset_options(rng.choice(family.train_ids)))
         episodes.append((trajectory.messages, trajectory.reward))
     return episodes
@@ -326,7 +332,9 @@ def run_rctp(args: Args, run: Run) -> None:
 
         episodes = [(t["messages"], float(t["reward"])) for t in load_jsonl(args.rctp_data)]
     else:
-        episodes = scripted_episodes(family, args.rctp_trajectories, args.seed, args.rctp_noisy_share)
+        episodes = scripted_episodes(
+            family, args.rctp_trajectories, args.seed, args.rctp_noisy_share, args.rctp_noisy_every_turn
+        )
     if args.rctp_on_policy:
         episodes += on_policy_episodes(args, run, policy, tokenizer, family, progress)
     sequences, masks = rctp_dataset(episodes, tokenizer, args.token_separator, args.rctp_max_tokens, args.seed)

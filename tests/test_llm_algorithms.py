@@ -299,6 +299,25 @@ def test_scripted_episodes_follow_the_noisy_share(tasks):
         rc_grpo.Args(rctp_noisy_share=1.5).validate()
 
 
+def test_every_turn_noisy_episodes_err_in_more_assistant_messages(tasks):
+    """--rctp-noisy-every-turn reaches the noisy policy: its episodes differ from the expert's in
+    more assistant messages than one-mistake episodes on the same tasks and seeds."""
+    expert = rc_grpo.scripted_episodes(tasks, 8, seed=0, noisy_share=0.0)
+    one = rc_grpo.scripted_episodes(tasks, 8, seed=0, noisy_share=1.0)
+    every = rc_grpo.scripted_episodes(tasks, 8, seed=0, noisy_share=1.0, every_turn=True)
+
+    def differing(episodes):
+        return [
+            sum(a != b for a, b in zip(assistant(m), assistant(e))) for (m, _), (e, _) in zip(episodes, expert, strict=True)
+        ]
+
+    def assistant(messages):
+        return [m["content"] for m in messages if m["role"] == "assistant"]
+
+    assert sum(differing(every)) > sum(differing(one)) > 0
+    assert all(reward == 0.0 for _, reward in every)
+
+
 def test_rctp_data_shuffles_each_outcome_before_the_one_to_one_cut(tasks):
     """Failures from a second source appended after the scripted ones still reach the data."""
     tokenizer = build_tokenizer()

@@ -3,7 +3,8 @@
 - ``ExpertPolicy`` replays each turn's gold calls in one message, then replies in plain text;
   it earns reward 1 on every task.
 - ``NoisyPolicy`` acts like the expert but, in a fraction of episodes, makes one realistic
-  mistake in one turn: a wrong argument, a missing call or an extra (state-changing) call.
+  mistake in one turn: a wrong argument, a missing call or an extra (state-changing) call
+  (``every_turn``: one in each turn that has gold calls).
   Mixed with expert episodes this gives the successful/failed trajectory mix RC-GRPO's first
   stage trains on.
 
@@ -97,31 +98,38 @@ class NoisyPolicy(ExpertPolicy):
         mistake_prob: Probability that an episode contains a mistake (0.5 gives a 1:1 mix).
         kinds: Mistake kinds to draw from (subset of ``MISTAKE_KINDS``).
         seed: Seed of the policy's own random stream.
+        every_turn: A mistaken episode errs in every turn that has gold calls, each turn's kind
+            drawn on its own, instead of in one of them: the mistake is then the usual behaviour
+            of such an episode at each of its turns, not an exception in one.
     """
 
-    def __init__(self, mistake_prob: float = 0.5, kinds: Iterable[str] = MISTAKE_KINDS, seed: int = 0) -> None:
+    def __init__(
+        self, mistake_prob: float = 0.5, kinds: Iterable[str] = MISTAKE_KINDS, seed: int = 0, every_turn: bool = False
+    ) -> None:
         self.kinds = tuple(kinds)
         if not self.kinds or set(self.kinds) - set(MISTAKE_KINDS):
             raise ValueError(f"kinds must be a non-empty subset of {MISTAKE_KINDS}, got {self.kinds}")
         if not 0.0 <= mistake_prob <= 1.0:
             raise ValueError(f"mistake_prob must be in [0, 1], got {mistake_prob}")
         self.mistake_prob = mistake_prob
+        self.every_turn = every_turn
         self.rng = random.Random(seed)
         self.mistakes: list[Mistake] = []  # of the current episode
-        self._plan: tuple[int, str] | None = None
+        self._plan: dict[int, str] = {}  # turn index -> mistake kind
 
     def _plan_episode(self, task: Task) -> None:
         self.mistakes = []
         candidates = [i for i, t in enumerate(task.turns) if t.gold_calls]
-        self._plan = None
+        self._plan = {}
         if candidates and self.rng.random() < self.mistake_prob:
-            self._plan = (self.rng.choice(candidates), self.rng.choice(self.kinds))
+            turns = candidates if self.every_turn else [self.rng.choice(candidates)]
+            self._plan = {turn: self.rng.choice(self.kinds) for turn in turns}
 
     def calls_for_turn(self, task: Task, turn_index: int) -> list[ToolCall]:
         calls = super().calls_for_turn(task, turn_index)
-        if self._plan is None or self._plan[0] != turn_index:
+        if turn_index not in self._plan:
             return calls
-        kind = self._plan[1]
+        kind = self._plan[turn_index]
         with_args = [j for j, c in enumerate(calls) if c.arguments]
         if kind == "wrong_argument" and not with_args:
             kind = "missing_call"  # nothing to get wrong: forget a call instead

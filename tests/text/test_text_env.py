@@ -60,6 +60,22 @@ def test_each_noisy_mistake_is_caught_by_the_right_check(env, kind):
     assert expected_checks == ({"state"} if kind == "extra_call" else {"state", "response"})
 
 
+def test_an_every_turn_noisy_policy_errs_in_each_turn_with_gold_calls_and_each_turn_fails(env):
+    policy, one = NoisyPolicy(mistake_prob=1.0, seed=1, every_turn=True), NoisyPolicy(mistake_prob=1.0, seed=1)
+    kinds_per_episode, turns_passed = [], []
+    for task in ALL_TASKS:
+        trajectory = rollout(env, policy, options={"task": task})
+        gold_turns = [i for i, turn in enumerate(task.turns) if turn.gold_calls]
+        assert [m["turn_index"] for m in trajectory.mistakes] == gold_turns
+        assert trajectory.reward == 0.0
+        turns_passed += [trajectory.turn_results[i]["passed"] for i in gold_turns]
+        kinds_per_episode.append({m["kind"] for m in trajectory.mistakes})
+        assert len(rollout(env, one, options={"task": task}).mistakes) == 1  # the default: one turn only
+    # Nearly every mistaken turn fails on its own (an extra call to a tool the task withholds changes nothing).
+    assert len(turns_passed) > 2 * len(ALL_TASKS) and sum(turns_passed) <= 0.02 * len(turns_passed)
+    assert any(len(kinds) > 1 for kinds in kinds_per_episode)  # each turn draws its own kind
+
+
 def test_noisy_policy_gives_a_mixed_dataset_and_exports_it(env, tmp_path):
     policy = NoisyPolicy(mistake_prob=0.5, seed=0)
     trajectories = [rollout(env, policy, seed=i) for i in range(40)]
