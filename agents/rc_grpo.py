@@ -75,7 +75,7 @@ from cleanrl_style.llm.args import LLMRunArgs
 from cleanrl_style.llm.progress import WorkProgress
 from cleanrl_style.llm.rollout import (
     collect_groups,
-    collect_rollouts,
+    collect_in_batches,
     evaluate_held_out,
     tokenize_conversation,
     with_first_user_suffix,
@@ -239,8 +239,16 @@ def on_policy_episodes(args: Args, run: Run, policy, tokenizer, family, progress
         rng = random.Random(args.seed * 7919 + 1)
         task_ids = [rng.choice(family.train_ids) for _ in range(args.rctp_on_policy)]
         progress.prefix = "RCTP on-policy data"
-        rollouts, _ = collect_rollouts(
-            policy, tokenizer, family, task_ids, args.rollout_settings(), seed=args.seed * 7919 + 1, progress=progress
+        # 32 at a time, as the held-out evaluation: all 160 at once peaked at 12.2 GiB resident
+        rollouts, _ = collect_in_batches(
+            policy,
+            tokenizer,
+            family,
+            task_ids,
+            args.rollout_settings(),
+            batch_size=32,
+            seed=args.seed * 7919 + 1,
+            progress=progress,
         )
         part = path.with_suffix(".part")
         with open(part, "w", encoding="utf-8") as f:

@@ -38,6 +38,19 @@ def paired_difference(high: dict[int, float], low: dict[int, float], seed: int =
     return sum(diffs) / len(diffs), means[49], means[1949]
 
 
+def play(model, tokenizer, family, settings, episodes: int, suffix: str, seed: int, out: Path, step: int) -> list:
+    """The first ``episodes`` held-out tasks under ``settings`` as they are (sampled unless they are
+    greedy), 32 at a time, each outcome appended to ``out`` at ``step``; the rollouts."""
+    from cleanrl_style.llm.rollout import append_held_out_outcomes, collect_in_batches
+
+    rollouts, _ = collect_in_batches(
+        model, tokenizer, family, family.test_ids[:episodes], settings,
+        batch_size=32, seed=seed, first_user_suffix=suffix, stage_name="steering",
+    )  # fmt: skip
+    append_held_out_outcomes(out, step, suffix, rollouts)
+    return rollouts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", required=True, help="an rc_grpo.py run folder with model/ and args.json")
@@ -56,7 +69,7 @@ def main() -> None:
     from llm_rollout_throughput import load_agent  # benchmarks/ is on the path of a script run from it
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from cleanrl_style.llm.rollout import evaluate_held_out
+    from cleanrl_style.llm.rollout import rollout_stats
 
     rc_grpo = load_agent("rc_grpo")
     names = {field.name for field in dataclasses.fields(rc_grpo.Args)}
@@ -70,14 +83,12 @@ def main() -> None:
     out.unlink(missing_ok=True)
     print(f"{run.name}: {args.episodes} held-out tasks, {'greedy' if args.greedy else 'sampled'}, seed {args.seed}")
     for step, token in enumerate((rc_grpo.HIGH_REWARD, rc_grpo.LOW_REWARD)):
-        torch.manual_seed(args.seed)  # the same draws under both tokens
-        metrics = evaluate_held_out(
-            model, tokenizer, family, args.episodes, settings,
-            first_user_suffix=run_args.token_separator + token, record=out, step=step,
-        )  # fmt: skip
+        # the same seed under both tokens: the same random draws
+        suffix = run_args.token_separator + token
+        stats = rollout_stats(play(model, tokenizer, family, settings, args.episodes, suffix, args.seed, out, step))
         print(
-            f"{token}: success {metrics['charts/test_success_rate']:.3f}, turns {metrics['eval/turns_per_episode']:.2f}, "
-            f"tool errors {metrics['eval/tool_errors_per_episode']:.3f} per episode"
+            f"{token}: success {stats['success_rate']:.3f}, turns {stats['turns_per_episode']:.2f}, "
+            f"tool errors {stats['tool_errors_per_episode']:.3f} per episode"
         )
     outcomes: list[dict[int, float]] = [{}, {}]
     with out.open() as f:

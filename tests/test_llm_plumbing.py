@@ -859,3 +859,30 @@ def test_held_out_evaluation_in_batches_gives_the_episodes_of_one_batch_and_reco
     assert rows_a[0] == "step,suffix,task_id,reward,turns,cut" and rows_a[1].startswith(f"3,,{family.test_ids[0]},")
     assert whole["charts/test_success_rate"] == split["charts/test_success_rate"]
     assert whole["eval/turns_per_episode"] == split["eval/turns_per_episode"]
+
+
+def test_collecting_in_batches_seeds_each_batch_by_its_first_episode(tokenizer, tiny, family):
+    """Batch k of a sampled collection is what collect_rollouts gives for its episodes at seed
+    ``seed + first``; episode i keeps task i; the timing sums the batches; a batch size below 1 is refused."""
+    from cleanrl_style.llm.rollout import collect_in_batches
+
+    ids = family.train_ids[:5]
+    sampled = settings(greedy=False)
+    rollouts, timing = collect_in_batches(tiny, tokenizer, family, ids, sampled, batch_size=2, seed=10, first_user_suffix=" x")
+    assert [r.task_id for r in rollouts] == list(ids) and all(r.first_user_suffix == " x" for r in rollouts)
+    generated = 0.0
+    for first in (0, 2, 4):
+        alone, t = collect_rollouts(
+            tiny,
+            tokenizer,
+            family,
+            ids[first : first + 2],
+            sampled,
+            first_user_suffixes=[" x"] * len(ids[first : first + 2]),
+            seed=10 + first,
+        )
+        assert [r.tokens for r in alone] == [r.tokens for r in rollouts[first : first + 2]]
+        generated += t["generated_tokens"]
+    assert timing["generated_tokens"] == generated > 0
+    with pytest.raises(ValueError, match="batch_size must be at least 1, got 0"):
+        collect_in_batches(tiny, tokenizer, family, ids, sampled, batch_size=0)

@@ -331,6 +331,52 @@ def collect_rollouts(
     return rollouts, timing
 
 
+def collect_in_batches(
+    model: Any,
+    tokenizer: Any,
+    family: Any,
+    task_ids: Sequence[int],
+    settings: RolloutSettings,
+    *,
+    batch_size: int,
+    seed: int = 0,
+    first_user_suffix: str = "",
+    progress: WorkProgress | None = None,
+    stage_name: str = "rollout",
+) -> tuple[list[Rollout], dict[str, float]]:
+    """``collect_rollouts`` over ``task_ids``, ``batch_size`` episodes at once: the key/value caches
+    and activations of one batch bound the memory, whatever the number of episodes. Episode i
+    resets with seed ``seed + i`` whatever the batches; its sampling is seeded per batch
+    (``seed + first``). Timing: the batches' tokens and seconds summed."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    rollouts: list[Rollout] = []
+    tokens, seconds, prefilled = 0.0, 0.0, 0.0
+    for first in range(0, len(task_ids), batch_size):
+        chunk = list(task_ids[first : first + batch_size])
+        batch, timing = collect_rollouts(
+            model,
+            tokenizer,
+            family,
+            chunk,
+            settings,
+            first_user_suffixes=[first_user_suffix] * len(chunk),
+            seed=seed + first,
+            progress=progress,
+            stage_name=stage_name,
+        )
+        rollouts += batch
+        tokens, seconds = tokens + timing["generated_tokens"], seconds + timing["generation_seconds"]
+        prefilled += timing["prefilled_tokens"]
+    timing = {
+        "generated_tokens": tokens,
+        "generation_seconds": seconds,
+        "tokens_per_second": tokens / max(seconds, 1e-9),
+        "prefilled_tokens": prefilled,
+    }
+    return rollouts, timing
+
+
 def collect_groups(
     model: Any,
     tokenizer: Any,
@@ -416,25 +462,18 @@ def evaluate_held_out(
             f"--eval-episodes {num_episodes} but {family.name!r} has {len(family.test_ids)} test tasks; "
             "lower --eval-episodes or raise --num-tasks"
         )
-    ids = family.test_ids[:num_episodes]
     started, cpu_started = time.perf_counter(), time.process_time()
-    rollouts: list[Rollout] = []
-    tokens, seconds = 0.0, 0.0
-    for first in range(0, len(ids), batch_size):  # batches bound the key/value caches' memory
-        chunk = ids[first : first + batch_size]
-        batch, timing = collect_rollouts(
-            model,
-            tokenizer,
-            family,
-            chunk,
-            settings if settings.sampling.greedy else settings.greedy(),
-            first_user_suffixes=[first_user_suffix] * len(chunk),
-            seed=first,  # episode i resets with seed i, whatever the batches
-            progress=progress,
-            stage_name="held-out evaluation",
-        )
-        rollouts += batch
-        tokens, seconds = tokens + timing["generated_tokens"], seconds + timing["generation_seconds"]
+    rollouts, timing = collect_in_batches(
+        model,
+        tokenizer,
+        family,
+        family.test_ids[:num_episodes],
+        settings if settings.sampling.greedy else settings.greedy(),
+        batch_size=batch_size,
+        first_user_suffix=first_user_suffix,
+        progress=progress,
+        stage_name="held-out evaluation",
+    )
     stats = rollout_stats(rollouts)
     if record is not None:
         append_held_out_outcomes(record, step, first_user_suffix, rollouts)
@@ -443,7 +482,7 @@ def evaluate_held_out(
         "eval/turns_per_episode": stats["turns_per_episode"],
         "eval/tool_errors_per_episode": stats["tool_errors_per_episode"],
         "eval/cut_fraction": stats["cut_fraction"],
-        "eval/tokens_per_second": tokens / max(seconds, 1e-9),
+        "eval/tokens_per_second": timing["tokens_per_second"],
         "time/eval_seconds": time.perf_counter() - started,
         "time/eval_cpu_seconds": time.process_time() - cpu_started,
     }
