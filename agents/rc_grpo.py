@@ -20,8 +20,10 @@ optionally with episodes sampled from the starting model itself (``--rctp-on-pol
 failures, the behaviour the low token should name; with ``--rctp-noisy-share 0`` they are the only
 failures), labelled by their actual reward, shuffled and mixed 1:1 successful/failed. A reward-goal
 token is appended to the first user message: ``<|high_reward|>`` on successes, ``<|low_reward|>``
-on failures; both are added to the tokenizer as special tokens whose embeddings start at those of the words `` success`` and
-`` failure`` (``--token-init words``). With transformers' default, the mean embedding for both
+on failures (with ``--reward-token-every-turn`` also to each message a later assistant message
+answers, in the data, the rollouts and the evaluations alike); both are added to the tokenizer as
+special tokens whose embeddings start at those of the words `` success`` and `` failure``
+(``--token-init words``). With transformers' default, the mean embedding for both
 (``--token-init mean``), the two rows of SmolLM2-135M differ by 1e-4 in norm against row norms of
 about 3, and 17 Adam steps at lr 5e-5 move each coordinate by at most 8.5e-4: after one RCTP epoch
 the model still cannot tell the tokens apart. Loss:
@@ -59,6 +61,7 @@ such as GRPO's 1e-6, passed by hand). RCTP's scripted data exists for the tool s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -74,11 +77,13 @@ from cleanrl_style import Run, check_range, require
 from cleanrl_style.llm.args import LLMRunArgs
 from cleanrl_style.llm.progress import WorkProgress
 from cleanrl_style.llm.rollout import (
+    RolloutSettings,
     collect_groups,
     collect_in_batches,
     evaluate_held_out,
     tokenize_conversation,
     with_first_user_suffix,
+    with_turn_suffixes,
 )
 from cleanrl_style.llm.sft import supervised_steps
 from cleanrl_style.llm.tokens import TokenLoss
@@ -105,6 +110,10 @@ class Args(LLMRunArgs):
     """rctp (stage 1: reward-conditioned fine-tuning) or rl (stage 2: RC-GRPO)"""
     token_separator: str = " "
     """text between the first user message and its reward token"""
+    reward_token_every_turn: bool = False
+    """also put the reward token at the end of each message a later assistant message answers (tool
+    outputs, user messages), in the RCTP data, the rollouts and the evaluations alike: the model then
+    reads it just before each of its messages, not only in the first user message"""
     token_init: Literal["words", "mean"] = "words"
     """words: the reward tokens' embeddings start at those of ' success' and ' failure', so the model
     tells them apart from the first step; mean: both start at the mean embedding (nearly equal)"""
@@ -157,6 +166,9 @@ class Args(LLMRunArgs):
     def reward_token_init(self) -> dict[str, str] | None:
         """What each reward token's embedding starts from (``add_special_tokens``' init_text)."""
         return REWARD_TOKEN_WORDS if self.token_init == "words" else None
+
+    def rollout_settings(self) -> RolloutSettings:
+        return dataclasses.replace(super().rollout_settings(), suffix_every_turn=self.reward_token_every_turn)
 
     def validate(self) -> None:
         check_range("p_high", self.p_high, 0, 1)  # a share of each group
@@ -262,11 +274,16 @@ def on_policy_episodes(args: Args, run: Run, policy, tokenizer, family, progress
 
 
 def rctp_dataset(
-    episodes: list[tuple[list[dict[str, str]], float]], tokenizer, separator: str, max_tokens: int, seed: int = 0
+    episodes: list[tuple[list[dict[str, str]], float]],
+    tokenizer,
+    separator: str,
+    max_tokens: int,
+    seed: int = 0,
+    every_turn: bool = False,
 ) -> tuple[list[list[int]], list[list[bool]]]:
     """Successful and failed episodes, each list shuffled (``seed``), then 1:1 and interleaved, each
-    conditioned on the token of its outcome (appended to the first user message); token ids and
-    assistant-token masks.
+    conditioned on the token of its outcome (appended to the first user message or, ``every_turn``,
+    to every message an assistant message answers); token ids and assistant-token masks.
 
     Raises:
         SystemExit: the episodes hold no success or no failure.
@@ -281,7 +298,8 @@ def rctp_dataset(
     rng.shuffle(bad)
     sequences, masks = [], []
     for messages, reward in [x for pair in zip(good, bad) for x in pair]:  # zip stops at the shorter: 1:1
-        ids, mask = tokenize_conversation(tokenizer, with_first_user_suffix(messages, separator + reward_token(reward >= 1.0)))
+        place = with_turn_suffixes if every_turn else with_first_user_suffix
+        ids, mask = tokenize_conversation(tokenizer, place(messages, separator + reward_token(reward >= 1.0)))
         if len(ids) <= max_tokens:
             sequences.append(ids)
             masks.append(mask)
@@ -345,7 +363,9 @@ def run_rctp(args: Args, run: Run) -> None:
         )
     if args.rctp_on_policy:
         episodes += on_policy_episodes(args, run, policy, tokenizer, family, progress)
-    sequences, masks = rctp_dataset(episodes, tokenizer, args.token_separator, args.rctp_max_tokens, args.seed)
+    sequences, masks = rctp_dataset(
+        episodes, tokenizer, args.token_separator, args.rctp_max_tokens, args.seed, args.reward_token_every_turn
+    )
     # args.total_timesteps was an estimate before the data was balanced and filtered
     total = supervised_steps(
         run,

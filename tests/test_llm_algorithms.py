@@ -263,6 +263,33 @@ def test_rctp_data_is_one_to_one_and_each_token_sits_in_the_first_user_message(t
     assert sum(labels) == len(labels) - sum(labels)  # 1:1 high and low
 
 
+def test_rctp_data_every_turn_puts_the_episodes_token_before_each_assistant_message(tasks):
+    """--reward-token-every-turn: the one token of the episode's outcome closes every message an
+    assistant message answers, so each assistant message directly follows it and its header."""
+    tokenizer = build_tokenizer()
+    high, low = add_special_tokens(build_tiny_model(tokenizer), tokenizer, [HIGH, LOW])
+    episodes = rc_grpo.scripted_episodes(tasks, 12, seed=0)
+    sequences, masks = rc_grpo.rctp_dataset(episodes, tokenizer, " ", 4096, every_turn=True)
+    once, _ = rc_grpo.rctp_dataset(episodes, tokenizer, " ", 4096)
+    assert len(sequences) == len(once) >= 4
+    header = encode(tokenizer, "<|im_end|>\n<|im_start|>assistant\n")
+    for ids, mask in zip(sequences, masks):
+        token = high if high in ids else low
+        assert low not in ids if token == high else high not in ids  # one outcome per episode
+        starts = [j for j in range(1, len(ids)) if mask[j] and not mask[j - 1]]  # each assistant message
+        assert ids.count(token) == len(starts) >= 2
+        for j in starts:
+            assert ids[j - len(header) - 1] == token and ids[j - len(header) : j] == header
+            assert not mask[j - len(header) - 1]
+
+
+def test_reward_token_every_turn_reaches_the_rollouts_and_the_evaluations():
+    for flag in (False, True):
+        args = rc_grpo.Args(reward_token_every_turn=flag)
+        assert args.rollout_settings().suffix_every_turn is flag and args.eval_settings().suffix_every_turn is flag
+        assert args.eval_settings().sampling.greedy
+
+
 def test_rctp_data_refuses_episodes_of_one_outcome_and_keeps_conversations_up_to_the_token_limit(tasks):
     tokenizer = build_tokenizer()
     add_special_tokens(build_tiny_model(tokenizer), tokenizer, [HIGH, LOW])

@@ -7,6 +7,7 @@ scripted generator that writes the expert's messages makes the token bookkeeping
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import time
@@ -35,6 +36,8 @@ from cleanrl_style.llm.rollout import (  # noqa: E402
     encode,
     stop_token_ids,
     tokenize_conversation,
+    with_first_user_suffix,
+    with_turn_suffixes,
 )
 from cleanrl_style.llm.tokens import batched_logprobs, gradient_step, pad_batch, token_logprobs  # noqa: E402
 from envs.text import ExpertPolicy, rollout  # noqa: E402
@@ -96,6 +99,45 @@ def test_policy_mask_covers_exactly_the_generated_assistant_tokens(tokenizer, fa
         for turn, response in zip(r.turns, responses):  # each turn's span is exactly its generated message
             assert r.tokens[turn.start : turn.end] == response and all(r.policy_mask[turn.start : turn.end])
     assert timing["generated_tokens"] == 2 * sum(len(x) for x in responses)
+
+
+@pytest.mark.parametrize("every_turn", [False, True])
+def test_the_suffix_sits_where_the_data_puts_it_first_user_or_every_turn(tokenizer, family, every_turn):
+    """The tokens an episode carries under a suffix are those of the RCTP data's conversation with the
+    same suffix placement: the first user message, or every message an assistant message answers."""
+    task_id = family.train_ids[3]
+    messages = expert_messages(family, task_id)
+    eos, suffix = tokenizer.eos_token_id, " <mark>"
+    responses = [encode(tokenizer, m["content"]) + [eos] for m in messages if m["role"] == "assistant"]
+    scripted = ScriptedGenerator(responses, encode(tokenizer, "<|im_start|>assistant\n"))
+    run = dataclasses.replace(settings(400, 10), suffix_every_turn=every_turn)
+    (r,), _ = collect_rollouts(None, tokenizer, family, [task_id], run, first_user_suffixes=[suffix], generator=scripted)
+    placed = with_turn_suffixes(messages, suffix) if every_turn else with_first_user_suffix(messages, suffix)
+    expected_ids, expected_mask = tokenize_conversation(tokenizer, placed)
+    assert r.reward == 1.0 and r.tokens == expected_ids and r.policy_mask == expected_mask
+    answered = sum(m["role"] == "assistant" for m in messages)
+    assert tokenizer.decode(r.tokens).count(suffix) == (answered if every_turn else 1) and answered >= 3
+    assert r.turns[0].context_messages[-1]["content"].endswith(suffix)
+    for later in r.turns[1:]:  # under every_turn each later turn's prompt ends with the suffix too
+        assert later.context_messages[-1]["content"].endswith(suffix) is every_turn
+
+
+def test_with_turn_suffixes_marks_each_message_an_assistant_message_answers():
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "u1"},
+        {"role": "assistant", "content": "a1"},
+        {"role": "tool", "content": "t1"},
+        {"role": "tool", "content": "t2"},
+        {"role": "assistant", "content": "a2"},
+        {"role": "user", "content": "u2"},
+        {"role": "assistant", "content": "a3"},
+        {"role": "tool", "content": "t3"},
+    ]
+    out = with_turn_suffixes(messages, "!")
+    assert [m["content"] for m in out] == ["s", "u1!", "a1", "t1", "t2!", "a2", "u2!", "a3", "t3"]
+    assert [m["content"] for m in messages][1] == "u1"  # the input is left as it was
+    assert with_turn_suffixes(messages, "") == messages
 
 
 def test_tokenize_conversation_masks_assistant_content_and_its_stop_token_only(tokenizer, family):

@@ -25,6 +25,7 @@ Qwen2.5's). A template that rewrites earlier turns is refused with that reason.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -60,6 +61,9 @@ class RolloutSettings:
         precision: ``fp32`` or ``bf16`` forward passes.
         engine: ``auto`` (the packed Llama decoder where it applies) or ``transformers``
             (``TurnGenerator``'s ``engine``).
+        suffix_every_turn: Where an episode's suffix (RC-GRPO's reward token) goes: False, the first
+            user message only; True, also the message each later assistant message answers
+            (``with_turn_suffixes``), so the model reads it just before each of its messages.
     """
 
     sampling: Sampling
@@ -67,11 +71,12 @@ class RolloutSettings:
     keep_cache: bool = True
     precision: str = "fp32"
     engine: str = "auto"
+    suffix_every_turn: bool = False
 
     def greedy(self, max_new_tokens: int | None = None) -> RolloutSettings:
         """The same settings with greedy decoding (evaluation), optionally another message length."""
         sampling = Sampling(max_new_tokens=max_new_tokens or self.sampling.max_new_tokens, greedy=True)
-        return RolloutSettings(sampling, self.limits, self.keep_cache, self.precision, self.engine)
+        return dataclasses.replace(self, sampling=sampling)
 
 
 def chat_template_text(tokenizer: Any, messages: Sequence[Message], generation_prompt: bool) -> str:
@@ -189,6 +194,18 @@ def with_first_user_suffix(messages: list[Message], suffix: str) -> list[Message
     return out
 
 
+def with_turn_suffixes(messages: list[Message], suffix: str) -> list[Message]:
+    """The conversation with ``suffix`` appended to every message that an assistant message directly
+    follows (the first user message, tool outputs, later user messages): what the model read just
+    before each of its messages under ``RolloutSettings.suffix_every_turn``."""
+    out = [dict(m) for m in messages]
+    if suffix:
+        for before, after in zip(out, out[1:]):
+            if before["role"] != "assistant" and after["role"] == "assistant":
+                before["content"] = before["content"] + suffix
+    return out
+
+
 def collect_rollouts(
     model: Any,
     tokenizer: Any,
@@ -209,7 +226,8 @@ def collect_rollouts(
         family: The ``envs.text.families.TaskFamily`` the ids belong to.
         settings: Sampling, length limits, cache and precision.
         groups: Group index of each episode (default: episodes with the same task id form a group).
-        first_user_suffixes: Text appended to each episode's first user message (RC-GRPO's reward token).
+        first_user_suffixes: Text appended to each episode's first user message (RC-GRPO's reward
+            token) and, with ``settings.suffix_every_turn``, to the message before each later turn.
         seed: Seeds the environments' resets (episode i: ``seed + i``) and the sampling.
         progress: Reports the turns as they go, as a stage called ``stage_name``.
         generator: Something with ``TurnGenerator.generate``'s signature (default: a
@@ -316,6 +334,9 @@ def collect_rollouts(
                     r.done = r.cut = True
                     cut.append(i)
                 else:
+                    last = conversations[i][-1]
+                    if settings.suffix_every_turn and suffixes[i] and last["role"] != "assistant":
+                        conversations[i][-1] = {**last, "content": last["content"] + suffixes[i]}
                     rendered[i] = chat_template_text(tokenizer, conversations[i], generation_prompt=True)
                     r.extend(encode(tokenizer, _extension(after_answer, rendered[i])), policy=False)
             vec.end_episodes(cut)
