@@ -447,6 +447,21 @@ def test_nap_layers_are_matched_by_position_across_runs_with_and_without_layerno
     ]
 
 
+def test_llm_figure_is_left_out_where_no_run_sampled_groups(tmp_path):
+    """An RCTP-only recipe logs held-out success once, at its end: the summary holds it, and no figure
+    with empty train and zero-variance panels is written."""
+    root = tmp_path / "runs"
+    rows = [(16, 60.0, "losses/sft_loss", 0.5), (16, 90.0, "charts/test_success_rate", 0.25)]
+    rows.append((16, 90.0, "rctp/low_token_success_rate", 0.125))
+    write_run(root / "tools-bank__rctp__s1", {"env": "tools:bank", "seed": 1, "exp_name": "rc_grpo"}, rows)
+    written = make_all(load_runs([root]), tmp_path / "plots", n_boot=100)
+    assert not list((tmp_path / "plots").glob("llm_*.png")) and not [p for p in written if p.name.startswith("llm_")
+                                                                     and p.suffix == ".png"]  # fmt: skip
+    with open(tmp_path / "plots" / "llm_summary.csv", newline="") as f:
+        (row,) = list(csv.DictReader(f))
+    assert float(row["test success (last)"]) == 0.25 and float(row["test success, low token (last)"]) == 0.125
+
+
 def test_wilson_interval_against_a_hand_computation():
     from cleanrl_style.experiments.plot.llm import wilson_interval
 

@@ -32,8 +32,9 @@ Reads every run under the given folders (a folder with ``progress.csv`` and ``ar
     (the mean over its last quarter), and each run's later visits of a task against its first
     (:mod:`cleanrl_style.experiments.plot.visits`).
 ``llm_<env>.png``
-    for language-model agents: ``charts/success_rate`` (and ``charts/test_success_rate``),
-    ``charts/zero_variance_fraction`` and each seed's wall time per iteration.
+    for language-model agents that sampled groups: ``charts/success_rate`` (and
+    ``charts/test_success_rate``), ``charts/zero_variance_fraction`` and each seed's wall time per
+    iteration (supervised stages alone, such as RCTP, have only the tables).
 ``llm_summary.md`` / ``llm_summary.csv``
     for language-model agents, one row per (line, env): held-out success at each evaluated
     iteration and at the last, the mean training success and zero-variance fraction over the

@@ -80,11 +80,14 @@ def llm_summary_rows(runs: list[RunData]) -> list[dict]:
 
 
 def plot_llm(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 1000, seed: int = 0) -> list[Path]:
-    """Per env: success rate (train solid, test dashed), zero-variance group fraction and wall time per step."""
+    """Per env: success rate (train solid, test dashed), zero-variance group fraction and wall time per
+    step. Only where a run sampled groups: supervised stages (RCTP, warm starts) log held-out success
+    at their end alone, which the summary tables hold."""
     plt = _pyplot()
     paths = []
     llm_runs = [r for r in runs if any(m in r.series for m in LLM_METRICS)]
-    for env in sorted({r.env for r in llm_runs}):
+    sampled = ("charts/success_rate", "charts/zero_variance_fraction")
+    for env in sorted({r.env for r in llm_runs if any(len(r.series.get(m, ())) for m in sampled)}):
         here = [r for r in llm_runs if r.env == env]
         colors = _colors(sorted({r.label for r in here}))
         fig, (ax_success, ax_zero, ax_time) = plt.subplots(
