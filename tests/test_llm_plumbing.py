@@ -928,3 +928,24 @@ def test_collecting_in_batches_seeds_each_batch_by_its_first_episode(tokenizer, 
     assert timing["generated_tokens"] == generated > 0
     with pytest.raises(ValueError, match="batch_size must be at least 1, got 0"):
         collect_in_batches(tiny, tokenizer, family, ids, sampled, batch_size=0)
+
+
+def test_collecting_one_at_a_time_sums_timing_and_reports_under_the_stage_name(tokenizer, tiny, family):
+    """Batches of one episode are allowed; by default no suffix is added and the seed is 0; the
+    prefilled tokens and generation seconds are the batches' sums; progress lines carry the stage name."""
+    from cleanrl_style.llm.rollout import collect_in_batches
+
+    ids, greedy = family.train_ids[:2], settings(4, 2)
+    stream = io.StringIO()
+    lines = WorkProgress(bar=False, interval_s=0.0, stream=stream, timer=False)
+    started = time.perf_counter()
+    rollouts, timing = collect_in_batches(tiny, tokenizer, family, ids, greedy, batch_size=1, progress=lines, stage_name="probe")
+    elapsed = time.perf_counter() - started
+    prefilled = 0.0
+    for first, task in enumerate(ids):
+        (alone,), t = collect_rollouts(tiny, tokenizer, family, [task], greedy, seed=first)
+        assert alone.tokens == rollouts[first].tokens and alone.first_user_suffix == rollouts[first].first_user_suffix == ""
+        prefilled += t["prefilled_tokens"]
+    assert timing["prefilled_tokens"] == prefilled > 0
+    assert 0 < timing["generation_seconds"] <= elapsed
+    assert "probe" in stream.getvalue()
