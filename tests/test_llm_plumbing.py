@@ -939,7 +939,9 @@ def test_collecting_one_at_a_time_sums_timing_and_reports_under_the_stage_name(t
     stream = io.StringIO()
     lines = WorkProgress(bar=False, interval_s=0.0, stream=stream, timer=False)
     started = time.perf_counter()
-    rollouts, timing = collect_in_batches(tiny, tokenizer, family, ids, greedy, batch_size=1, progress=lines, stage_name="probe")
+    rollouts, timing = collect_in_batches(
+        tiny, tokenizer, family, ids, greedy, batch_size=1, progress=lines, stage_name="probe"
+    )
     elapsed = time.perf_counter() - started
     prefilled = 0.0
     for first, task in enumerate(ids):
