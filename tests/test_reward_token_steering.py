@@ -62,3 +62,68 @@ def test_play_samples_unless_greedy_and_records_each_task(tmp_path):
     rows = out.read_text().splitlines()
     assert rows[0] == "step,suffix,task_id,reward,turns,cut" and len(rows) == 1 + 6 * 3
     assert {row.split(",")[1] for row in rows[1:]} == {"<x>"}
+
+
+def write_record(path: Path, rows: list[tuple[int, str, int, float]]) -> None:
+    lines = ["step,suffix,task_id,reward,turns,cut", *(f"{s},{x},{t},{r},3,0" for s, x, t, r in rows)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_read_outcomes_takes_each_tokens_last_step_or_the_one_asked_for(tmp_path):
+    high, low = "<|high_reward|>", "<|low_reward|>"
+    path = tmp_path / "held_out.csv"
+    write_record(path, [(17, high, 1, 1.0), (17, low, 1, 0.0), (34, high, 1, 0.0), (34, low, 1, 1.0), (34, "", 1, 1.0)])
+    assert steering.read_outcomes(path) == ({1: 0.0}, {1: 1.0})
+    assert steering.read_outcomes(path, 17) == ({1: 1.0}, {1: 0.0})
+    with pytest.raises(ValueError, match=r"no episode under <\|high_reward\|> at step 5"):
+        steering.read_outcomes(path, 5)
+
+
+def test_by_variant_splits_the_paired_comparison_by_each_tasks_variant():
+    high = {0: 1.0, 1: 1.0, 2: 0.0, 3: 1.0, 4: 0.0, 5: 1.0}
+    low = {0: 0.0, 1: 1.0, 2: 1.0, 3: 0.0, 4: 0.0}  # task 5 has no low episode: left out
+    rows = steering.by_variant(high, low, lambda t: "base" if t % 2 == 0 else "missing_function")
+    base, missing = rows
+    assert (base["variant"], base["tasks"], base["high"], base["low"]) == ("base", 3, 1 / 3, 1 / 3)
+    assert (base["only_high"], base["only_low"], base["difference"][0]) == (1, 1, 0.0)
+    assert (missing["variant"], missing["tasks"], missing["high"], missing["low"]) == ("missing_function", 2, 1.0, 0.5)
+    assert (missing["only_high"], missing["only_low"], missing["difference"][0]) == (1, 0, 0.5)
+
+
+def test_a_tool_family_names_each_tasks_variant():
+    family = make_task_family("tools:bank", num_tasks=40, variants=("base", "missing_function", "missing_parameter"))
+    from envs.text.env import ToolUseEnv
+
+    env = family.make_env()
+    assert isinstance(env, ToolUseEnv)
+    for task_id in family.test_ids[:6]:
+        env.reset(options=family.reset_options(task_id))
+        assert family.variant_of(task_id) == env.task.variant
+    assert {family.variant_of(t) for t in family.test_ids} == {"base", "missing_function", "missing_parameter"}
+    assert make_task_family("python-math", num_tasks=40).variant_of is None
+
+
+def test_record_mode_reads_a_held_out_csv_without_a_model(tmp_path):
+    family = make_task_family("tools:bank", num_tasks=40, variants=("base", "missing_function"))
+    (tmp_path / "args.json").write_text(
+        '{"env": "tools:bank", "num_tasks": 40, "variants": ["base", "missing_function"], "stage": "rctp"}'
+    )
+    tasks = family.test_ids[:4]
+    rows = [(16, "<|high_reward|>", t, 1.0) for t in tasks] + [(16, "<|low_reward|>", t, 0.0) for t in tasks]
+    write_record(tmp_path / "held_out.csv", rows)
+    script = str(BENCHMARKS / "reward_token_steering.py")
+    done = subprocess.run(
+        [sys.executable, script, "--run", str(tmp_path), "--record", str(tmp_path / "held_out.csv")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "high - low, paired by task: 1.000 [1.000, 1.000]" in done.stdout
+    variants = [family.variant_of(t) for t in tasks]
+    for variant in set(variants):
+        n = variants.count(variant)
+        assert f"  {variant}: {n}, 1.000 / 0.000, 1.000 [1.000, 1.000], high {n}, low 0" in done.stdout
+    absent = str(tmp_path / "none.csv")
+    command = [sys.executable, script, "--run", str(tmp_path), "--record", absent]
+    missing = subprocess.run(command, capture_output=True, text=True)
+    assert missing.returncode == 2 and "--record" in missing.stderr and "no such file" in missing.stderr

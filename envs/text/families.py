@@ -43,6 +43,8 @@ class TaskFamily:
         make_env: A fresh environment that can reset to any of the family's ids.
         id_option: The ``reset`` option that selects a task (``task_id`` or ``problem_id``).
         step_threads: Threads a vector env steps its envs with (sandboxed code waits on processes).
+        variant_of: The tool suites' task variant of an id (``base``, ``missing_function``, ...);
+            None for families without variants.
     """
 
     name: str
@@ -52,6 +54,7 @@ class TaskFamily:
     make_env: Callable[[], gym.Env]
     id_option: str
     step_threads: int = 1
+    variant_of: Callable[[int], str] | None = None
 
     def reset_options(self, task_id: int) -> dict[str, Any]:
         """The ``reset`` options that start task ``task_id``."""
@@ -150,6 +153,7 @@ def make_task_family(
             test_ids=[i for i in tasks.task_ids if split_of(i) == "test"],
             make_env=lambda: ToolUseEnv(tasks, max_steps_per_turn=max_steps_per_turn, require_gold_calls=require_gold_calls),
             id_option="task_id",
+            variant_of=lambda task_id: tasks.get(task_id).variant,
         )
     close = difflib.get_close_matches(name, list(EXAMPLES), n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
