@@ -46,14 +46,14 @@ def paired_difference(high: dict[int, float], low: dict[int, float], seed: int =
     return sum(diffs) / len(diffs), means[49], means[1949]
 
 
-def read_outcomes(path: Path, step: int | None = None) -> tuple[dict[int, float], dict[int, float]]:
-    """Each task's reward under the high and the low token, from a CSV of ``HELD_OUT_COLUMNS``: for
-    each token, the rows of ``step`` (default: the last step at which it was played)."""
-    high_token, low_token = "<|high_reward|>", "<|low_reward|>"
+def read_outcomes(path: Path, tokens: tuple[str, str], step: int | None = None) -> tuple[dict[int, float], dict[int, float]]:
+    """Each task's reward under the high and the low token (``tokens``, in that order), from a CSV of
+    ``HELD_OUT_COLUMNS``: for each token, the rows of ``step`` (default: the last step at which it
+    was played)."""
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
     outcomes: list[dict[int, float]] = []
-    for token in (high_token, low_token):
+    for token in tokens:
         mine = [row for row in rows if row["suffix"] == token and (step is None or int(row["step"]) == step)]
         if not mine:
             raise ValueError(f"{path} holds no episode under {token}" + (f" at step {step}" if step is not None else ""))
@@ -113,6 +113,8 @@ def main() -> None:
     args = parser.parse_args()
     run = Path(args.run)
     record = Path(args.record) if args.record else None
+    if args.step is not None and record is None:
+        parser.error("--step reads an evaluation of --record; without --record the episodes are played anew")
     for needed in (run / "args.json",) if record else (run / "model", run / "args.json"):
         if not needed.exists():
             parser.error(f"{needed} is missing: --run takes a finished rc_grpo.py run folder (it exports model/)")
@@ -132,14 +134,13 @@ def main() -> None:
     else:
         print(f"{run.name}: the episodes in {record}")
     try:
-        high, low = read_outcomes(record, args.step if args.record else None)
+        high, low = read_outcomes(record, (rc_grpo.HIGH_REWARD, rc_grpo.LOW_REWARD), args.step)
     except ValueError as exc:
         parser.error(str(exc))
-    mean, lo, hi = paired_difference(high, low)
-    only_high = sum(high[t] > low[t] for t in high if t in low)
-    only_low = sum(high[t] < low[t] for t in high if t in low)
+    (whole,) = by_variant(high, low, lambda task: "all")
+    mean, lo, hi = whole["difference"]
     print(f"high - low, paired by task: {mean:.3f} [{lo:.3f}, {hi:.3f}] (95% percentile bootstrap over tasks)")
-    print(f"tasks solved under one token only: high {only_high}, low {only_low}")
+    print(f"tasks solved under one token only: high {whole['only_high']}, low {whole['only_low']}")
     if family.variant_of is not None:
         print("by task variant: tasks, success high / low, high - low [95% bootstrap], tasks solved under one token only")
         for row in by_variant(high, low, family.variant_of):

@@ -73,10 +73,10 @@ def test_read_outcomes_takes_each_tokens_last_step_or_the_one_asked_for(tmp_path
     high, low = "<|high_reward|>", "<|low_reward|>"
     path = tmp_path / "held_out.csv"
     write_record(path, [(17, high, 1, 1.0), (17, low, 1, 0.0), (34, high, 1, 0.0), (34, low, 1, 1.0), (34, "", 1, 1.0)])
-    assert steering.read_outcomes(path) == ({1: 0.0}, {1: 1.0})
-    assert steering.read_outcomes(path, 17) == ({1: 1.0}, {1: 0.0})
+    assert steering.read_outcomes(path, (high, low)) == ({1: 0.0}, {1: 1.0})
+    assert steering.read_outcomes(path, (high, low), 17) == ({1: 1.0}, {1: 0.0})
     with pytest.raises(ValueError, match=r"no episode under <\|high_reward\|> at step 5"):
-        steering.read_outcomes(path, 5)
+        steering.read_outcomes(path, (high, low), 5)
 
 
 def test_by_variant_splits_the_paired_comparison_by_each_tasks_variant():
@@ -127,3 +127,6 @@ def test_record_mode_reads_a_held_out_csv_without_a_model(tmp_path):
     command = [sys.executable, script, "--run", str(tmp_path), "--record", absent]
     missing = subprocess.run(command, capture_output=True, text=True)
     assert missing.returncode == 2 and "--record" in missing.stderr and "no such file" in missing.stderr
+    command = [sys.executable, script, "--run", str(tmp_path), "--step", "3"]
+    step_alone = subprocess.run(command, capture_output=True, text=True)
+    assert step_alone.returncode == 2 and "--step reads an evaluation of --record" in step_alone.stderr
