@@ -28,8 +28,11 @@ Choices made here (the papers leave them open):
   statistics update from every environment step, random warm-up included. CleanRL does not
   normalize: ``--no-obs-norm``.
 - Plain SAC, CleanRL's, is ``--no-nap --no-layer-norm --no-anneal-lr --no-obs-norm``.
-- ``--compile auto`` compiles the critic and actor losses (forward and backward) for runs of 200k steps or
-  more with LayerNorm (without it, the plain MLP's update is faster eager on a CPU).
+- ``--compile on`` compiles the whole gradient step into one graph (``Learner.whole_update``: both
+  losses with their gradients from ``torch.func.grad`` on the flat parameter vectors, the three Adam
+  steps as tensor arithmetic on the optimizers' own state, the projections and the target update);
+  the eager step is the same math with ``backward()`` and fused Adam. ``auto`` compiles runs of
+  200k steps or more with LayerNorm.
 - Truncated episodes bootstrap from the true final observation (``info["final_obs"]``); only
   termination stops the bootstrap.
 """
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -55,9 +59,13 @@ from cleanrl_style import (
     Run,
     RunArgs,
     RunningNorm,
+    adam_hyperparameters,
+    adam_state,
+    adam_step_,
     buffer_checkpoint,
     compile_or_eager,
     mlp,
+    project_spans_,
     restore_buffer,
 )
 
@@ -137,6 +145,15 @@ class Actor(nn.Module):
         return mean, log_std
 
 
+def _at(module: nn.Module, flat: FlatParameters, vector: torch.Tensor) -> Callable:
+    """``module`` evaluated with its parameters taken from ``vector`` (laid out as ``flat.param``).
+
+    ``detach_params`` is accepted and ignored: a vector that must get no gradient is passed detached.
+    """
+    views = flat.views(vector)
+    return lambda *inputs, detach_params=False: torch.func.functional_call(module, views, inputs)
+
+
 class SoftActorCritic(nn.Module):
     """Actor, critic ensemble, target critics and temperature; observation statistics included.
 
@@ -156,9 +173,12 @@ class SoftActorCritic(nn.Module):
         self.register_buffer("action_scale", (action_high - action_low) / 2)
         self.register_buffer("action_bias", (action_high + action_low) / 2)
 
-    def sample(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Reparameterized action and its log-probability ``(B,)`` for normalized observations."""
-        mean, log_std = self.actor(x)
+    def sample(self, x: torch.Tensor, actor: Callable | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterized action and its log-probability ``(B,)`` for normalized observations.
+
+        ``actor`` replaces ``self.actor`` (the compiled update passes the actor at a flat parameter vector).
+        """
+        mean, log_std = (actor or self.actor)(x)
         std = log_std.exp()
         u = mean + std * torch.randn_like(mean)
         y = torch.tanh(u)
@@ -167,10 +187,10 @@ class SoftActorCritic(nn.Module):
         log_prob = log_prob - torch.log(self.action_scale * (1 - y.pow(2)) + 1e-6).sum(-1)
         return self.action_bias + self.action_scale * y, log_prob
 
-    def q_values(self, x: torch.Tensor, action: torch.Tensor, target: bool = False, detach_params: bool = False):
-        """Every critic at (normalized obs, action): ``(num_critics, B)``."""
-        critic = self.critic_target if target else self.critic
-        return critic(torch.cat([x, action], -1), detach_params=detach_params).squeeze(-1)
+    def q_values(self, x: torch.Tensor, action: torch.Tensor, critic: Callable | None = None, detach_params: bool = False):
+        """Every critic at (normalized obs, action): ``(num_critics, B)``; ``critic`` replaces ``self.critic``
+        (``self.critic_target`` for the TD target)."""
+        return (critic or self.critic)(torch.cat([x, action], -1), detach_params=detach_params).squeeze(-1)
 
     @torch.no_grad()
     def explore(self, obs: torch.Tensor) -> torch.Tensor:
@@ -203,18 +223,20 @@ def soft_q_target(
 # One gradient step
 # ---------------------------------------------------------------------------------------------
 class Learner:
-    """Optimizers, NaP projectors and the target entropy of a :class:`SoftActorCritic`."""
+    """Optimizers, NaP projectors and the target entropy of a :class:`SoftActorCritic`.
+
+    ``compile=True`` runs :meth:`whole_update` through ``torch.compile``: the whole gradient step
+    (both losses and their gradients, the three Adam steps, the projections and the target update)
+    as one graph. Otherwise :meth:`update` runs eagerly with ``backward()`` and fused Adam.
+    """
 
     def __init__(self, agent: SoftActorCritic, args: Args, autocast=None, compile: bool = False):
         self.agent, self.args = agent, args
         self.autocast = autocast or (lambda: torch.autocast("cpu", enabled=False))
-        # The losses' forward and backward compiled (torch.compile); zeroing, the optimizer steps and
-        # the projection are a few fused ops each already (FlatParameters) and stay eager.
-        self._critic_loss = compile_or_eager(self.critic_loss, compile)
-        self._actor_loss = compile_or_eager(self.actor_loss, compile)
         # Each network's parameters in one tensor: zeroing and the Adam step are one op each
         # (same math as per-parameter; see cleanrl_style/blocks/flat_params.py). Before members() below.
         self.actor_flat, self.critic_flat = FlatParameters(agent.actor), FlatParameters(agent.critic)
+        self.target_flat = FlatParameters(agent.critic_target, trainable=False)  # Polyak: one lerp_
         self.actor_opt = torch.optim.Adam([self.actor_flat.param], lr=args.policy_lr, fused=True)
         self.critic_opt = torch.optim.Adam([self.critic_flat.param], lr=args.q_lr, fused=True)
         self.alpha_opt = torch.optim.Adam([agent.log_alpha], lr=args.alpha_lr)
@@ -223,46 +245,69 @@ class Learner:
         critic_members = agent.critic.members()
         self.actor_nap = NormProjector(agent.actor, [agent.actor.net[-1]], **nap)
         self.critic_nap = NormProjector(critic_members, [m[-1] for m in critic_members], **nap)
+        # fallback_random: the compiled graph draws its noise from torch's generator, as eager does, so
+        # a seed gives the same run compiled or eager (up to float rounding).
+        self._compiled = (
+            compile_or_eager(self.whole_update, True, mutated=self._mutated, options={"fallback_random": True})
+            if compile
+            else None
+        )
+        self._state: dict[str, torch.Tensor] | None = None  # whole_update's tensors, gathered at its first call
 
     def set_lr_fraction(self, frac: float) -> None:
         """Anneal the actor's and the critics' learning rates (the temperature's stays constant)."""
         self.actor_opt.param_groups[0]["lr"] = frac * self.args.policy_lr
         self.critic_opt.param_groups[0]["lr"] = frac * self.args.q_lr
+        if self._state is not None:
+            self._state["actor_lr"].fill_(frac * self.args.policy_lr)
+            self._state["critic_lr"].fill_(frac * self.args.q_lr)
 
-    def critic_loss(self, obs, actions, rewards, next_obs, terminated, alpha) -> tuple[torch.Tensor, torch.Tensor]:
-        """Soft TD loss of every critic (normalized observations) and the mean Q; pure, so it compiles."""
+    def critic_loss(self, obs, actions, rewards, next_obs, terminated, alpha, nets=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Soft TD loss of every critic (normalized observations) and the mean Q.
+
+        ``nets`` = (actor, critic, target critic) replaces the agent's modules (:meth:`whole_update`).
+        """
         agent = self.agent
+        actor, critic, target_critic = nets or (agent.actor, agent.critic, agent.critic_target)
         with torch.no_grad(), self.autocast():
-            next_action, next_log_prob = agent.sample(next_obs)
-            next_q = agent.q_values(next_obs, next_action, target=True).float()
+            next_action, next_log_prob = agent.sample(next_obs, actor)
+            next_q = agent.q_values(next_obs, next_action, target_critic).float()
             target = soft_q_target(rewards, terminated, next_q, next_log_prob.float(), alpha, self.args.gamma)
         with self.autocast():
-            q = agent.q_values(obs, actions).float()
+            q = agent.q_values(obs, actions, critic).float()
         return ((q - target) ** 2).mean(1).sum(), q.detach().mean()
 
-    def actor_loss(self, obs, alpha) -> tuple[torch.Tensor, torch.Tensor]:
-        """``alpha log pi - min_k Q_k`` (critic parameters get no gradient) and the log-probabilities."""
+    def actor_loss(self, obs, alpha, nets=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``alpha log pi - min_k Q_k`` (critic parameters get no gradient) and the log-probabilities.
+
+        ``nets`` = (actor, critic) replaces the agent's modules; that critic must already be detached.
+        """
         agent = self.agent
+        actor, critic = nets or (agent.actor, agent.critic)
         with self.autocast():
-            action, log_prob = agent.sample(obs)
-            q_pi = agent.q_values(obs, action, detach_params=True).min(0).values
+            action, log_prob = agent.sample(obs, actor)
+            q_pi = agent.q_values(obs, action, critic, detach_params=nets is None).min(0).values
         log_prob = log_prob.float()
         return (alpha * log_prob - q_pi.float()).mean(), log_prob.detach()
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Critic step, actor step, temperature step, then the Polyak update of the target critics."""
+        if self._compiled is not None:
+            if self._state is None:
+                self._state = self._gather_state()
+            return self._compiled(self._state, batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.terminated)
         agent, args = self.agent, self.args
         obs, next_obs = agent.obs_norm(batch.obs), agent.obs_norm(batch.next_obs)
         alpha = agent.log_alpha.exp().detach()
 
-        qf_loss, q_mean = self._critic_loss(obs, batch.actions, batch.rewards, next_obs, batch.terminated, alpha)
+        qf_loss, q_mean = self.critic_loss(obs, batch.actions, batch.rewards, next_obs, batch.terminated, alpha)
         self.critic_flat.zero_grad()
         qf_loss.backward()
         self.critic_opt.step()
         if args.nap:
             self.critic_nap.project()
 
-        actor_loss, log_prob = self._actor_loss(obs, alpha)
+        actor_loss, log_prob = self.actor_loss(obs, alpha)
         self.actor_flat.zero_grad()
         actor_loss.backward()
         self.actor_opt.step()
@@ -276,7 +321,7 @@ class Learner:
             self.alpha_opt.step()
 
         with torch.no_grad():
-            torch._foreach_lerp_(list(agent.critic_target.parameters()), list(agent.critic.parameters()), args.tau)
+            self.target_flat.param.lerp_(self.critic_flat.param, args.tau)
         return {
             "losses/qf_loss": qf_loss.detach(),
             "losses/qf_values": q_mean,
@@ -284,6 +329,79 @@ class Learner:
             "losses/alpha": alpha,
             "losses/alpha_loss": alpha_loss.detach(),
         }
+
+    def whole_update(self, state: dict[str, torch.Tensor], obs, actions, rewards, next_obs, terminated):
+        """:meth:`update` as tensor code without ``backward()`` or ``optimizer.step()``, so that
+        ``torch.compile`` makes it one graph: gradients by ``torch.func.grad`` with respect to the
+        flat parameter vectors, Adam by :func:`adam_step_` on the optimizers' own state, NaP by
+        :func:`project_spans_`. The same math, random draws and order as :meth:`update`."""
+        agent, args = self.agent, self.args
+        actor, critic, target = state["actor"], state["critic"], state["target"]
+        obs, next_obs = agent.obs_norm(obs), agent.obs_norm(next_obs)
+        alpha = state["log_alpha"].detach().exp()
+
+        def critic_loss(critic_vec):
+            nets = (
+                _at(agent.actor, self.actor_flat, actor.detach()),
+                _at(agent.critic, self.critic_flat, critic_vec),
+                _at(agent.critic_target, self.target_flat, target),
+            )
+            loss, q_mean = self.critic_loss(obs, actions, rewards, next_obs, terminated, alpha, nets)
+            return loss, (loss.detach(), q_mean)
+
+        critic_grad, (qf_loss, q_mean) = torch.func.grad(critic_loss, has_aux=True)(critic.detach())
+        adam_step_(critic, critic_grad, state["critic_adam"], state["critic_lr"], self._betas["critic"])
+        if args.nap:
+            project_spans_(critic, self._spans["critic"])
+
+        def actor_loss(actor_vec):
+            nets = (_at(agent.actor, self.actor_flat, actor_vec), _at(agent.critic, self.critic_flat, critic.detach()))
+            loss, log_prob = self.actor_loss(obs, alpha, nets)
+            return loss, (loss.detach(), log_prob)
+
+        actor_grad, (actor_loss, log_prob) = torch.func.grad(actor_loss, has_aux=True)(actor.detach())
+        adam_step_(actor, actor_grad, state["actor_adam"], state["actor_lr"], self._betas["actor"])
+        if args.nap:
+            project_spans_(actor, self._spans["actor"])
+
+        # d/d(log alpha) of -(exp(log alpha) * (log_prob + target)).mean() is the loss itself.
+        alpha_loss = -(alpha * (log_prob + self.target_entropy)).mean()
+        if args.autotune:
+            adam_step_(state["log_alpha"], alpha_loss, state["alpha_adam"], args.alpha_lr, self._betas["alpha"])
+        with torch.no_grad():
+            target.lerp_(critic, args.tau)
+        return {
+            "losses/qf_loss": qf_loss,
+            "losses/qf_values": q_mean,
+            "losses/actor_loss": actor_loss,
+            "losses/alpha": alpha,
+            "losses/alpha_loss": alpha_loss,
+        }
+
+    def _gather_state(self) -> dict:
+        """The tensors :meth:`whole_update` reads and writes, and its constants (NaP spans, Adam betas)."""
+        agent = self.agent
+        self._spans = {
+            "actor": self.actor_nap.flat_spans(self.actor_flat),
+            "critic": self.critic_nap.flat_spans(self.critic_flat),
+        }
+        opts = {"actor": self.actor_opt, "critic": self.critic_opt, "alpha": self.alpha_opt}
+        self._betas = {name: adam_hyperparameters(opt) for name, opt in opts.items()}
+        params = {"actor": self.actor_flat.param, "critic": self.critic_flat.param, "alpha": agent.log_alpha}
+        return {
+            "actor": self.actor_flat.param,
+            "critic": self.critic_flat.param,
+            "target": self.target_flat.param,
+            "log_alpha": agent.log_alpha,
+            **{f"{name}_adam": adam_state(opt, params[name]) for name, opt in opts.items()},
+            "actor_lr": torch.tensor(float(self.actor_opt.param_groups[0]["lr"])),
+            "critic_lr": torch.tensor(float(self.critic_opt.param_groups[0]["lr"])),
+        }
+
+    def _mutated(self) -> list[torch.Tensor]:
+        """Every tensor :meth:`whole_update` changes in place (restored if its compile fails)."""
+        state = self._state or {}
+        return [t for v in state.values() for t in (v if isinstance(v, tuple) else (v,))]
 
     def layer_stats(self) -> dict[str, float]:
         return {
@@ -301,6 +419,7 @@ class Learner:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        self._state = None  # the optimizers' state tensors and the NaP norms are replaced
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.critic_opt.load_state_dict(state["critic_opt"])
         self.alpha_opt.load_state_dict(state["alpha_opt"])

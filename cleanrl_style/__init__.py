@@ -10,8 +10,9 @@ plots) and ``llm`` (the language-model plumbing). A control agent imports what i
 from cleanrl_style.blocks.compiling import compile_or_eager
 from cleanrl_style.blocks.ensemble import Ensemble
 from cleanrl_style.blocks.flat_params import FlatParameters
+from cleanrl_style.blocks.functional_adam import adam_hyperparameters, adam_state, adam_step_
 from cleanrl_style.blocks.layers import MlpEncoder, SimbaBlock, SimbaEncoder, layer_init, mlp
-from cleanrl_style.blocks.nap import NormProjector
+from cleanrl_style.blocks.nap import NormProjector, project_spans_
 from cleanrl_style.blocks.normalization import RewardScaler, RunningNorm
 from cleanrl_style.blocks.replay import (
     Batch,
@@ -41,6 +42,9 @@ __all__ = [
     "RunArgs",
     "RunningNorm",
     "MlpEncoder",
+    "adam_hyperparameters",
+    "adam_state",
+    "adam_step_",
     "SimbaBlock",
     "SimbaEncoder",
     "args_from_dict",
@@ -51,6 +55,7 @@ __all__ = [
     "layer_init",
     "load_checkpoint",
     "mlp",
+    "project_spans_",
     "require",
     "restore_buffer",
     "save_checkpoint",

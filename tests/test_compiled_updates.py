@@ -1,6 +1,9 @@
-"""The off-policy agents' compiled losses (forward and backward) update as the eager ones do, from the same seed."""
+"""The off-policy agents' compiled updates (sac_nap: the whole update as one graph; sac_simba and symphony: the
+losses' forward and backward) update as the eager ones do, from the same seed."""
 
 from __future__ import annotations
+
+import warnings
 
 import pytest
 import torch
@@ -34,8 +37,11 @@ def test_compiled_update_equals_the_eager_one(name):
     # Inductor draws its own random numbers unless told to call torch's: same draws, same updates.
     # The config's own patch(), not monkeypatch: pytest 9.2 restores a module attribute by deleting
     # it, which removes the option from inductor's config module for the tests that follow.
-    with inductor_config.patch(fallback_random=True):
+    with inductor_config.patch(fallback_random=True), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         compare_compiled_and_eager(name)
+    fallbacks = [str(w.message) for w in caught if "torch.compile of" in str(w.message)]
+    assert not fallbacks, f"the compiled update fell back to eager: {fallbacks}"  # else the test compares eager to eager
 
 
 def compare_compiled_and_eager(name: str) -> None:
@@ -57,7 +63,9 @@ def compare_compiled_and_eager(name: str) -> None:
     for compiled in (False, True):
         agent, learner, _ = build(name, vec_env, compile=compiled)
         torch.manual_seed(3)
-        for batch in batches:
+        for i, batch in enumerate(batches):
+            if i == 2 and hasattr(learner, "set_lr_fraction"):
+                learner.set_lr_fraction(0.5)  # a schedule must reach the compiled graph (a tensor, no recompile)
             losses = learner.update(batch)
         results.append(([p.detach().clone() for p in agent.parameters()], {k: float(v) for k, v in losses.items()}))
     (eager_params, eager_losses), (compiled_params, compiled_losses) = results

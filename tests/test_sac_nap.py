@@ -1,5 +1,6 @@
 """SAC with NaP: the soft target, the policy head, the projection, learning, resuming."""
 
+import copy
 import statistics
 
 import pytest
@@ -199,3 +200,49 @@ def test_sac_nap_resumes_a_killed_run_with_its_buffer(tmp_path):
     steps = [s for s, _, _ in read_progress(run_dir)["charts/SPS"]]
     assert steps == sorted(steps) and len(steps) == len(set(steps)) == 15  # no row lost or duplicated
     assert last["agent"]["obs_norm.count"] > first["agent"]["obs_norm.count"]
+
+
+@pytest.mark.parametrize("nap", [True, False])
+def test_whole_update_is_the_eager_update_as_tensor_code(nap):
+    """whole_update (what --compile compiles into one graph) run eagerly: the same parameters,
+    optimizer state and losses as update(), through a learning-rate change and a reload."""
+    buffer = ReplayBuffer(64, (3,), (1,))
+    generator = torch.Generator().manual_seed(1)
+    buffer.add(
+        torch.randn(64, 3, generator=generator),
+        torch.rand(64, 1, generator=generator) * 4 - 2,
+        torch.randn(64, generator=generator),
+        torch.randn(64, 3, generator=generator),
+        torch.rand(64, generator=generator) < 0.2,
+        torch.zeros(64, dtype=torch.bool),
+    )
+    torch.manual_seed(2)
+    batches = [buffer.sample(16) for _ in range(6)]
+    runs = []
+    for functional in (False, True):
+        torch.manual_seed(0)
+        agent, learner, _ = make_agent(nap=nap, layer_norm=nap)
+        torch.manual_seed(3)
+        for i, batch in enumerate(batches):
+            if i == 2:
+                learner.set_lr_fraction(0.5)
+            if i == 4:  # a resumed run: the optimizers' state tensors are replaced
+                learner.load_state_dict(copy.deepcopy(learner.state_dict()))
+            if functional:
+                if learner._state is None:
+                    learner._state = learner._gather_state()
+                b = batch
+                losses = learner.whole_update(learner._state, b.obs, b.actions, b.rewards, b.next_obs, b.terminated)
+            else:
+                losses = learner.update(batch)
+        runs.append(
+            (agent.state_dict(), learner.critic_opt.state_dict()["state"][0], {k: float(v) for k, v in losses.items()})
+        )
+    (eager, eager_adam, eager_losses), (ours, our_adam, our_losses) = runs
+    for name in eager:
+        torch.testing.assert_close(ours[name], eager[name], rtol=1e-5, atol=1e-6, msg=name)
+    torch.testing.assert_close(our_adam["exp_avg_sq"], eager_adam["exp_avg_sq"], rtol=1e-5, atol=1e-9)
+    assert float(our_adam["step"]) == float(eager_adam["step"]) == 6
+    assert our_losses == pytest.approx(eager_losses, rel=1e-5, abs=1e-6)
+    torch.manual_seed(0)
+    assert not torch.equal(make_agent()[0].state_dict()["log_alpha"], eager["log_alpha"])  # the temperature moved

@@ -19,6 +19,7 @@ def compile_or_eager(
     enabled: bool,
     off_flag: str = "--compile off",
     mutated: Callable[[], Sequence[torch.Tensor]] | None = None,
+    options: dict | None = None,
 ) -> Callable:
     """``fn`` compiled with ``torch.compile`` if ``enabled``, falling back to ``fn`` if the first call fails.
 
@@ -26,6 +27,7 @@ def compile_or_eager(
     still raises, from the eager run. For that rerun to be safe ``fn`` must be free of side effects
     (the agents' loss functions), or ``mutated`` must return every tensor it changes in place (an
     optimizer step): those are copied before the first call and put back before the eager rerun.
+    ``options`` go to inductor (``torch.compile(options=...)``), e.g. ``{"fallback_random": True}``.
     """
     if not enabled:
         return fn
@@ -36,7 +38,7 @@ def compile_or_eager(
             return chosen[0](*args, **kwargs)
         saved = [t.detach().clone() for t in mutated()] if mutated is not None else []
         try:
-            compiled = torch.compile(fn, dynamic=False)  # may itself refuse (an unsupported Python, say)
+            compiled = torch.compile(fn, dynamic=False, options=options)  # may itself refuse (an unsupported Python, say)
             out = compiled(*args, **kwargs)
         except Exception as err:  # compilation errors come from several torch subsystems
             if mutated is not None:

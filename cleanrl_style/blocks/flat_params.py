@@ -20,22 +20,29 @@ and zero gradients with :meth:`zero_grad`, never ``optimizer.zero_grad()`` (that
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
 
 class FlatParameters:
-    def __init__(self, module: nn.Module):
-        params = [p for p in module.parameters() if p.requires_grad]
+    def __init__(self, module: nn.Module, trainable: bool = True):
+        """``trainable=False`` flattens every parameter of a frozen module (a target network), with no
+        gradient buffer: a Polyak update becomes one ``lerp_`` of two flat tensors."""
+        named = [(name, p) for name, p in module.named_parameters() if p.requires_grad or not trainable]
+        params = [p for _, p in named]
         if not params:
             raise ValueError("FlatParameters: the module has no trainable parameters")
         kinds = {(p.device, p.dtype) for p in params}
         if len(kinds) > 1:
             raise ValueError(f"FlatParameters: parameters must share one device and dtype, found {sorted(map(str, kinds))}")
         self.params = params
+        self.names = [name for name, _ in named]
+        self.shapes = [tuple(p.shape) for p in params]
         total = sum(p.numel() for p in params)
-        self.param = nn.Parameter(torch.empty(total, device=params[0].device, dtype=params[0].dtype))
-        self.param.grad = torch.zeros_like(self.param)
+        self.param = nn.Parameter(torch.empty(total, device=params[0].device, dtype=params[0].dtype), trainable)
+        self.param.grad = torch.zeros_like(self.param) if trainable else None
         self.offsets: list[int] = []
         offset = 0
         with torch.no_grad():
@@ -43,10 +50,29 @@ class FlatParameters:
                 n = p.numel()
                 self.param[offset : offset + n].copy_(p.reshape(-1))
                 p.data = self.param.data[offset : offset + n].view_as(p)
-                p.grad = self.param.grad[offset : offset + n].view_as(p)
+                if trainable:
+                    p.grad = self.param.grad[offset : offset + n].view_as(p)
                 self.offsets.append(offset)
                 offset += n
         self._grad = self.param.grad
+
+    def views(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``{parameter name: slice of flat}`` shaped like the module's parameters, for a functional call.
+
+        ``torch.func.functional_call(module, fp.views(x), inputs)`` evaluates the module at the flat
+        vector ``x`` (``fp.param`` itself, a detached copy, the target network's vector), so
+        ``torch.func.grad`` can differentiate with respect to ``x`` as one tensor.
+        """
+        return {
+            name: flat[offset : offset + math.prod(shape)].view(shape)
+            for name, offset, shape in zip(self.names, self.offsets, self.shapes)
+        }
+
+    def offset_of(self, view: torch.Tensor) -> int:
+        """Where ``view`` (a parameter of the module, or a view of one) starts in :attr:`param`."""
+        if view.untyped_storage().data_ptr() != self.param.untyped_storage().data_ptr():
+            raise ValueError("FlatParameters.offset_of: the tensor does not live in this flat buffer")
+        return view.storage_offset() - self.param.storage_offset()
 
     def zero_grad(self) -> None:
         # optimizer.zero_grad() replaces param.grad; module.zero_grad() clears every p.grad (the first

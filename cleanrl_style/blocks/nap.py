@@ -129,6 +129,23 @@ class NormProjector:
         scale = self._init_norms / group_sq.sqrt().clamp_min(1e-12)
         torch._foreach_mul_(params, list(scale[self._group_of_param].unbind()))
 
+    def flat_spans(self, flat) -> list[tuple[tuple[tuple[int, int], ...], float]]:
+        """Each group as ``(((offset, length), ...), initial norm)`` in ``flat.param`` (a
+        :class:`FlatParameters`), for :func:`project_spans_` inside a compiled update. A group is
+        one span when its parameters lie back to back (a LayerNorm's gamma and beta), several when
+        they do not (in an :class:`Ensemble`, every member's gammas come before its betas)."""
+        groups = []
+        for group in self.groups:
+            spans: list[tuple[int, int]] = []
+            for p in group.params:
+                offset = flat.offset_of(p)
+                if spans and sum(spans[-1]) == offset:
+                    spans[-1] = (spans[-1][0], spans[-1][1] + p.numel())
+                else:
+                    spans.append((offset, p.numel()))
+            groups.append((tuple(spans), group.init_norm))
+        return groups
+
     def state_dict(self) -> dict[str, float]:
         """Initial norms by group name: saved in checkpoints so a resumed run projects to the same norms."""
         return {group.name: group.init_norm for group in self.groups}
@@ -150,3 +167,15 @@ class NormProjector:
             stats[f"nap/norm/{prefix}{name}"] = norm
             stats[f"nap/eff_lr/{prefix}{name}"] = lr / max(norm, 1e-12)
         return stats
+
+
+@torch.no_grad()
+def project_spans_(flat: torch.Tensor, groups: Sequence[tuple[Sequence[tuple[int, int]], float]]) -> None:
+    """:meth:`NormProjector.project` on a flat parameter vector: each group (its spans, from
+    :meth:`NormProjector.flat_spans`) rescaled together to its initial norm."""
+    for spans, init_norm in groups:
+        parts = [flat[offset : offset + length] for offset, length in spans]
+        norm = torch.stack([torch.linalg.vector_norm(part.float()) for part in parts]).norm()
+        scale = init_norm / norm.clamp_min(1e-12)
+        for part in parts:
+            part.mul_(scale)
