@@ -9,8 +9,8 @@ the same process. Each side's replay buffer is filled with the same random trans
 runs ``--updates`` gradient steps (critic, actor and temperature, target update) per round; rounds
 alternate between the two so that a busy machine slows both alike, and the median round counts.
 What is timed is the training step only (sampling a batch included), not environment stepping.
-With ``--compile`` our losses run compiled (forward and backward), as ``agents/sac_nap.py`` does
-for runs of 200k steps or more; the compile happens during the warm-up, outside the timed rounds.
+With ``--compile`` our whole update runs compiled (one graph: ``Learner.whole_update``), beside the
+eager update in the same rounds; the compile happens during the warm-up, outside the timed rounds.
 
 Beside the two sides, in the same rounds: each side's FLOPs per update (``FlopCounterMode``), and
 the **ceiling**, our update's matrix products replayed alone (``benchmarks/timing.py``). The
@@ -21,6 +21,7 @@ the products alone fill.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import sys
 from dataclasses import dataclass
@@ -59,8 +60,7 @@ class BenchArgs:
     device: str = "cpu"
     """torch device for both sides"""
     compile: bool = False
-    """compile our losses (torch.compile), as the agent does for runs of 200k+ steps (on these plain
-    256-wide networks the eager update is the faster one on a CPU)"""
+    """also time our whole update compiled (``--compile on`` in the agent), beside the eager one"""
     precision: str = "fp32"
     """our arithmetic: fp32, or bf16 autocast (SB3 stays fp32)"""
 
@@ -149,14 +149,21 @@ def main(args: BenchArgs) -> float:
             obs[i : i + 1], next_obs[i : i + 1], actions[i : i + 1], rewards[i : i + 1], dones[i : i + 1], [{}]
         )
 
-    ours(20)  # warm-up (allocator, first-call overheads)
+    ours(20)  # warm-up (allocator, first-call overheads, the compile)
     sb3(20)
+    # FLOPs and matrix products are counted on an eager twin of ours (same math): a compiled function
+    # once called under a dispatch mode (FlopCounterMode) ran about 2x slower afterwards (measured).
+    twin_rb, twin = (
+        make_ours(obs_dim, act_dim, low, high, dataclasses.replace(args, compile=False)) if args.compile else (rb, ours)
+    )
+    if args.compile:
+        twin_rb.add(*(torch.from_numpy(a) for a in (obs, actions, rewards, next_obs, dones)), torch.zeros(n, dtype=torch.bool))
     flops = {}
-    for name, fn in (("sac_nap", ours), ("sb3", sb3)):
+    for name, fn in (("sac_nap", twin), ("sb3", sb3)):
         with FlopCounterMode(display=False) as counter:
             fn(1)
         flops[name] = counter.get_total_flops()
-    products = record_matmuls(lambda: ours(1))
+    products = record_matmuls(lambda: twin(1))
     replay = replay_matmuls(products, args.device)
 
     def ceiling(n: int) -> None:
@@ -165,6 +172,8 @@ def main(args: BenchArgs) -> float:
 
     # One call of each per round, ``--updates`` updates each, in turn (the machine's speed drifts).
     contenders = {"sac_nap": ours, "sb3": sb3, "ceiling": ceiling}
+    if args.compile:  # the eager update in the same rounds: what compiling gains
+        contenders["sac_nap_eager"] = twin
     sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
     seconds = alternating_rounds(
         {k: (lambda fn=fn: fn(args.updates)) for k, fn in contenders.items()}, args.rounds, 0.0, sync, min_calls=1
@@ -177,13 +186,19 @@ def main(args: BenchArgs) -> float:
         f"torch threads {torch.get_num_threads()}, layer_norm={args.layer_norm}, ours compiled={args.compile}, "
         f"ours {args.precision}, torch {torch.__version__}"
     )
-    for name, title in (("sac_nap", "sac_nap (NaP off):"), ("sb3", "SB3 SAC:")):
+    rows = [("sac_nap", "sac_nap (NaP off):"), ("sb3", "SB3 SAC:")]
+    if args.compile:
+        rows = [("sac_nap", "sac_nap compiled:"), ("sac_nap_eager", "sac_nap eager:"), ("sb3", "SB3 SAC:")]
+    for name, title in rows:
         per_round = [round(x, 1) for x in rates[name]]
-        mflop = flops[name] / 1e6
+        mflop = flops["sac_nap" if name == "sac_nap_eager" else name] / 1e6
         print(
             f"  {title:19s}{statistics.median(rates[name]):8.1f} updates/s   {mflop:6.1f} MFLOP per update  rounds {per_round}"
         )
     print(f"  ratio: {ratio:.2f}x")
+    if args.compile:
+        eager_rate = statistics.median(rates["sac_nap_eager"])
+        print(f"  eager / SB3: {eager_rate / sb3_rate:.2f}x; compiled / eager: {ours_rate / eager_rate:.2f}x")
     budget_ms = 1e3 / (1.5 * sb3_rate)
     print(
         f"  ceiling, our update's {len(products)} matrix products alone: {1e3 / ceiling_rate:.2f} ms per update "
