@@ -147,15 +147,6 @@ class Actor(nn.Module):
         return mean, log_std
 
 
-def _at(module: nn.Module, flat: FlatParameters, vector: torch.Tensor) -> Callable:
-    """``module`` evaluated with its parameters taken from ``vector`` (laid out as ``flat.param``).
-
-    ``detach_params`` is accepted and ignored: a vector that must get no gradient is passed detached.
-    """
-    views = flat.views(vector)
-    return lambda *inputs, detach_params=False: torch.func.functional_call(module, views, inputs)
-
-
 class SoftActorCritic(nn.Module):
     """Actor, critic ensemble, target critics and temperature; observation statistics included.
 
@@ -344,9 +335,9 @@ class Learner:
 
         def critic_loss(critic_vec):
             nets = (
-                _at(agent.actor, self.actor_flat, actor.detach()),
-                _at(agent.critic, self.critic_flat, critic_vec),
-                _at(agent.critic_target, self.target_flat, target),
+                self.actor_flat.at(actor.detach()),
+                self.critic_flat.at(critic_vec),
+                self.target_flat.at(target),
             )
             loss, q_mean = self.critic_loss(obs, actions, rewards, next_obs, terminated, alpha, nets)
             return loss, (loss.detach(), q_mean)
@@ -357,7 +348,7 @@ class Learner:
             project_spans_(critic, self._spans["critic"])
 
         def actor_loss(actor_vec):
-            nets = (_at(agent.actor, self.actor_flat, actor_vec), _at(agent.critic, self.critic_flat, critic.detach()))
+            nets = (self.actor_flat.at(actor_vec), self.critic_flat.at(critic.detach()))
             loss, log_prob = self.actor_loss(obs, alpha, nets)
             return loss, (loss.detach(), log_prob)
 

@@ -10,13 +10,15 @@ from cleanrl_style import Ensemble, FlatParameters, NormProjector, adam_hyperpar
 from cleanrl_style.blocks.nap import project_spans_
 
 
+@pytest.mark.parametrize("kind", ["Adam", "AdamW"])
 @pytest.mark.parametrize("fused", [True, False])
-def test_adam_step_follows_torch_adam_step_by_step(fused):
+def test_adam_step_follows_torch_adam_step_by_step(fused, kind):
     torch.manual_seed(0)
     reference = torch.nn.Parameter(torch.randn(50))
     ours = torch.nn.Parameter(reference.detach().clone())
-    ref_opt = torch.optim.Adam([reference], lr=1e-2, betas=(0.8, 0.95), eps=1e-6, fused=fused)
-    opt = torch.optim.Adam([ours], lr=1e-2, betas=(0.8, 0.95), eps=1e-6, fused=fused)
+    settings = dict(lr=1e-2, betas=(0.8, 0.95), eps=1e-6, fused=fused, **({"weight_decay": 0.5} if kind == "AdamW" else {}))
+    ref_opt = getattr(torch.optim, kind)([reference], **settings)
+    opt = getattr(torch.optim, kind)([ours], **settings)
     state = adam_state(opt, ours)
     lr = torch.tensor(1e-2)
     for step in range(1, 8):
@@ -35,8 +37,8 @@ def test_adam_step_follows_torch_adam_step_by_step(fused):
 
 def test_adam_state_refuses_what_it_does_not_compute():
     p = torch.nn.Parameter(torch.zeros(3))
-    with pytest.raises(TypeError, match="torch.optim.Adam"):
-        adam_state(torch.optim.AdamW([p]), p)
+    with pytest.raises(TypeError, match="torch.optim.Adam or AdamW"):
+        adam_state(torch.optim.SGD([p], lr=0.1), p)
     with pytest.raises(ValueError, match="weight_decay"):
         adam_state(torch.optim.Adam([p], weight_decay=0.1), p)
     with pytest.raises(ValueError, match="exactly one parameter tensor"):

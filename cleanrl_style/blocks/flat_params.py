@@ -37,6 +37,7 @@ class FlatParameters:
         kinds = {(p.device, p.dtype) for p in params}
         if len(kinds) > 1:
             raise ValueError(f"FlatParameters: parameters must share one device and dtype, found {sorted(map(str, kinds))}")
+        self.module = module
         self.params = params
         self.names = [name for name, _ in named]
         self.shapes = [tuple(p.shape) for p in params]
@@ -67,6 +68,15 @@ class FlatParameters:
             name: flat[offset : offset + math.prod(shape)].view(shape)
             for name, offset, shape in zip(self.names, self.offsets, self.shapes)
         }
+
+    def at(self, vector: torch.Tensor):
+        """The module as a function of its inputs with its parameters read from ``vector``.
+
+        Keyword arguments that only steer autograd (an :class:`Ensemble`'s ``detach_params``) are
+        accepted and ignored: a vector that must get no gradient is passed detached instead.
+        """
+        views = self.views(vector)
+        return lambda *inputs, detach_params=False: torch.func.functional_call(self.module, views, inputs)
 
     def offset_of(self, view: torch.Tensor) -> int:
         """Where ``view`` (a parameter of the module, or a view of one) starts in :attr:`param`."""

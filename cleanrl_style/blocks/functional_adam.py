@@ -1,4 +1,4 @@
-"""Adam as plain tensor arithmetic on a ``torch.optim.Adam``'s own state, for a compiled whole update.
+"""Adam and AdamW as plain tensor arithmetic on the optimizer's own state, for a compiled whole update.
 
 ``torch.compile`` cannot put ``optimizer.step()`` into the same graph as a loss and its gradient
 without a break; :func:`adam_step_` is the same step written as tensor ops, so one graph can hold
@@ -7,8 +7,9 @@ the losses, their gradients (``torch.func.grad``), every optimizer step and the 
 It reads and writes the optimizer's state tensors (``step``, ``exp_avg``, ``exp_avg_sq``), created
 as ``torch.optim.Adam`` creates them, so checkpoints, ``state_dict`` and a switch between the eager
 ``optimizer.step()`` and this function see one optimizer. The arithmetic is Adam's (Kingma and Ba,
-2014, arXiv:1412.6980) as torch implements it, bias corrections included; the test checks it
-against ``torch.optim.Adam`` step by step.
+2014, arXiv:1412.6980) as torch implements it, bias corrections included, with AdamW's decoupled
+weight decay (Loshchilov and Hutter, 2017, arXiv:1711.05101); the tests check both against torch's
+optimizers step by step.
 """
 
 from __future__ import annotations
@@ -19,16 +20,18 @@ import torch
 def adam_state(optimizer: torch.optim.Optimizer, param: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(step, exp_avg, exp_avg_sq)`` of ``param`` in ``optimizer``, created as Adam creates them if absent.
 
-    Only plain Adam over one parameter tensor is supported: no weight decay, AMSGrad or maximize.
+    Adam without weight decay, or AdamW (decoupled weight decay), over one parameter tensor; no
+    AMSGrad or maximize.
     """
-    if not isinstance(optimizer, torch.optim.Adam) or isinstance(optimizer, torch.optim.AdamW):
-        raise TypeError(f"adam_state needs a torch.optim.Adam, got {type(optimizer).__name__}")
+    if not isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+        raise TypeError(f"adam_state needs a torch.optim.Adam or AdamW, got {type(optimizer).__name__}")
     if len(optimizer.param_groups) != 1 or len(optimizer.param_groups[0]["params"]) != 1:
         raise ValueError("adam_state: the optimizer must hold exactly one parameter tensor (see FlatParameters)")
     group = optimizer.param_groups[0]
     if group["params"][0] is not param:
         raise ValueError("adam_state: param is not the tensor this optimizer updates")
-    unsupported = [k for k in ("amsgrad", "maximize") if group[k]] + (["weight_decay"] if group["weight_decay"] else [])
+    coupled_decay = group["weight_decay"] and not _decoupled(optimizer)
+    unsupported = [k for k in ("amsgrad", "maximize") if group[k]] + (["Adam's weight_decay"] if coupled_decay else [])
     if unsupported:
         raise ValueError(f"adam_state: {', '.join(unsupported)} not supported; use optimizer.step() (eager) instead")
     state = optimizer.state[param]
@@ -40,11 +43,18 @@ def adam_state(optimizer: torch.optim.Optimizer, param: torch.Tensor) -> tuple[t
     return state["step"], state["exp_avg"], state["exp_avg_sq"]
 
 
-def adam_hyperparameters(optimizer: torch.optim.Optimizer) -> tuple[float, float, float]:
-    """``(beta1, beta2, eps)`` of the optimizer's one parameter group."""
+def _decoupled(optimizer: torch.optim.Optimizer) -> bool:
+    """AdamW's weight decay (torch's AdamW, or Adam with ``decoupled_weight_decay=True``)."""
+    return isinstance(optimizer, torch.optim.AdamW) or bool(optimizer.param_groups[0].get("decoupled_weight_decay", False))
+
+
+def adam_hyperparameters(optimizer: torch.optim.Optimizer) -> tuple[float, float, float, float]:
+    """``(beta1, beta2, eps, decoupled weight decay)`` of the optimizer's one parameter group (the
+    decay is AdamW's, 0 for Adam)."""
     group = optimizer.param_groups[0]
     beta1, beta2 = group["betas"]
-    return float(beta1), float(beta2), float(group["eps"])
+    decay = group["weight_decay"] if _decoupled(optimizer) else 0.0
+    return float(beta1), float(beta2), float(group["eps"]), float(decay)
 
 
 @torch.no_grad()
@@ -53,15 +63,18 @@ def adam_step_(
     grad: torch.Tensor,
     state: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     lr: torch.Tensor | float,
-    betas_eps: tuple[float, float, float],
+    hyperparameters: tuple[float, float, float, float],
 ) -> None:
-    """One Adam step of ``param`` in place; ``state`` from :func:`adam_state` is advanced in place.
+    """One Adam (or AdamW) step of ``param`` in place; ``state`` from :func:`adam_state` advances in place.
 
-    ``lr`` may be a 0-d tensor, so that a learning-rate schedule does not recompile a compiled caller.
+    ``hyperparameters`` from :func:`adam_hyperparameters`. ``lr`` may be a 0-d tensor, so that a
+    learning-rate schedule does not recompile a compiled caller.
     """
     step, exp_avg, exp_avg_sq = state
-    beta1, beta2, eps = betas_eps
+    beta1, beta2, eps, weight_decay = hyperparameters
     step.add_(1)
+    if weight_decay:
+        param.mul_(1 - lr * weight_decay)  # AdamW: decoupled decay, before the moments are applied
     exp_avg.lerp_(grad, 1 - beta1)
     exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
     bias1 = 1 - beta1**step
