@@ -50,8 +50,12 @@ Choices made here (the paper and the official code leave them, or differ only in
   drops the observation normalization: the same SAC on an MLP, the baseline of the paper's scaling
   claim. The actor's and the critics' parameter counts are logged at step 0
   (``model/actor_parameters``, ``model/critic_parameters``).
-- ``--compile auto`` compiles the actor and critic losses (forward and backward) for runs of 100k
-  steps or more on CUDA (on a CPU the eager update measured as fast or faster).
+- ``--compile on`` compiles the whole gradient step into one graph (``Learner.whole_update``: both
+  losses with their gradients from ``torch.func.grad`` on the flat parameter vectors, the AdamW and
+  Adam steps as tensor arithmetic on the optimizers' own state, the target update), drawing its
+  noise from torch's generator so that a seed gives the eager run up to float rounding. ``auto``
+  compiles CPU runs of 50k steps or more (measured there: 1.7x faster updates at width 64); on a
+  GPU, where it has not been measured, ``--compile on`` asks for it.
 - ``--precision bf16`` runs the matrix products in bfloat16 (losses, weights and optimizer state
   stay float32).
 """
@@ -60,6 +64,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -79,6 +84,9 @@ from cleanrl_style import (
     RunArgs,
     RunningNorm,
     SimbaEncoder,
+    adam_hyperparameters,
+    adam_state,
+    adam_step_,
     buffer_checkpoint,
     check_range,
     compile_or_eager,
@@ -88,8 +96,10 @@ from cleanrl_style import (
 )
 from envs.dmc import is_dmc
 
-# --compile auto compiles the losses of runs at least this long, which repay the one-off compile.
-COMPILE_FROM_STEPS = 100_000
+# --compile auto compiles the whole update of CPU runs at least this long: at the recipes' width 64 an
+# update took 11.6 ms compiled against 20.2 ms eager (benchmarks/update_efficiency.py), so the compile
+# (about a minute) is repaid within a few thousand environment steps.
+COMPILE_FROM_STEPS = 50_000
 
 
 @dataclass
@@ -243,9 +253,12 @@ class SimbaSAC(nn.Module):
         self.register_buffer("action_scale", (action_high - action_low) / 2)
         self.register_buffer("action_bias", (action_high + action_low) / 2)
 
-    def sample(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Reparameterized action in the env's bounds, and the log-probability ``(B,)`` of its [-1, 1] form."""
-        mean, log_std = self.actor(x)
+    def sample(self, x: torch.Tensor, actor: Callable | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterized action in the env's bounds, and the log-probability ``(B,)`` of its [-1, 1] form.
+
+        ``actor`` replaces ``self.actor`` (the compiled update passes the actor at a flat parameter vector).
+        """
+        mean, log_std = (actor or self.actor)(x)
         std = log_std.exp()
         u = mean + std * torch.randn_like(mean)
         y = torch.tanh(u)
@@ -254,14 +267,15 @@ class SimbaSAC(nn.Module):
         log_prob = log_prob - (2 * (math.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)
         return self.action_bias + self.action_scale * y, log_prob
 
-    def q(self, x: torch.Tensor, action: torch.Tensor, target: bool = False, detach_params: bool = False) -> torch.Tensor:
+    def q(self, x: torch.Tensor, action: torch.Tensor, target: bool = False, detach_params: bool = False, critic=None):
         """The critics' estimate ``(B,)``: the minimum of the two with clipped double-Q, else the one critic."""
-        q_all = self.q_all(x, action, target, detach_params)
+        q_all = self.q_all(x, action, target, detach_params, critic)
         return q_all.min(0).values if self.clipped_double_q else q_all[0]
 
-    def q_all(self, x, action, target: bool = False, detach_params: bool = False) -> torch.Tensor:
-        """Every critic, ``(num_critics, B)``; the critics see the action in [-1, 1]."""
-        critic = self.critic_target if target else self.critic
+    def q_all(self, x, action, target: bool = False, detach_params: bool = False, critic=None) -> torch.Tensor:
+        """Every critic, ``(num_critics, B)``; the critics see the action in [-1, 1]. ``critic``
+        replaces the critics (or the target critics) as a function, as in :meth:`sample`."""
+        critic = critic or (self.critic_target if target else self.critic)
         unit_action = (action - self.action_bias) / self.action_scale
         return critic(torch.cat([x, unit_action], -1), detach_params=detach_params)
 
@@ -280,48 +294,73 @@ class SimbaSAC(nn.Module):
 # One gradient step: actor, temperature, critics, target critics
 # ---------------------------------------------------------------------------------------------
 class Learner:
+    """Optimizers and the target entropy of a :class:`SimbaSAC`.
+
+    ``compile=True`` runs :meth:`whole_update` through ``torch.compile``: the whole gradient step
+    (both losses and their gradients, the three optimizer steps, the target update) as one graph.
+    Otherwise :meth:`update` runs eagerly with ``backward()`` and fused AdamW.
+    """
+
     def __init__(self, agent: SimbaSAC, args: Args, autocast=None, compile: bool = False):
         if args.gamma is None:
             raise ValueError("Learner needs a resolved discount: set args.gamma (horizon_discount gives SimBa's rule)")
         self.agent, self.args, self.gamma = agent, args, args.gamma
         self.autocast = autocast or (lambda: torch.autocast("cpu", enabled=False))
-        # The losses' forward and backward compiled (torch.compile); the optimizer steps stay eager.
-        self._actor_loss = compile_or_eager(self.actor_loss, compile)
-        self._critic_loss = compile_or_eager(self.critic_loss, compile)
         # Each network's parameters in one tensor: zeroing and the AdamW step are one op each (same
         # math as per-parameter AdamW; see cleanrl_style/blocks/flat_params.py).
         self.actor_flat, self.critic_flat = FlatParameters(agent.actor), FlatParameters(agent.critic)
+        self.target_flat = FlatParameters(agent.critic_target, trainable=False)  # Polyak: one lerp_
         adamw = dict(lr=args.learning_rate, weight_decay=args.weight_decay, fused=True)
         self.actor_opt = torch.optim.AdamW([self.actor_flat.param], **adamw)
         self.critic_opt = torch.optim.AdamW([self.critic_flat.param], **adamw)
         self.alpha_opt = torch.optim.Adam([agent.log_alpha], lr=args.alpha_lr)
         self.target_entropy = -args.target_entropy_scale * agent.action_scale.numel()
+        # fallback_random: the compiled graph draws its noise from torch's generator, as eager does.
+        self._compiled = (
+            compile_or_eager(self.whole_update, True, mutated=self._mutated, options={"fallback_random": True})
+            if compile
+            else None
+        )
+        self._state: dict | None = None  # whole_update's tensors, gathered at its first call
 
-    def actor_loss(self, obs, alpha) -> tuple[torch.Tensor, torch.Tensor]:
-        """``alpha log pi - Q`` (critic parameters get no gradient) and the log-probabilities; pure, so it compiles."""
+    def actor_loss(self, obs, alpha, nets=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``alpha log pi - Q`` (critic parameters get no gradient) and the log-probabilities.
+
+        ``nets`` = (actor, critic) replaces the agent's modules (:meth:`whole_update`); that critic
+        must already be detached.
+        """
+        actor, critic = nets or (None, None)
         with self.autocast():
-            action, log_prob = self.agent.sample(obs)
-            q_pi = self.agent.q(obs, action, detach_params=True)
+            action, log_prob = self.agent.sample(obs, actor)
+            q_pi = self.agent.q(obs, action, detach_params=nets is None, critic=critic)
         return (alpha * log_prob - q_pi).mean(), log_prob.detach()
 
-    def critic_loss(self, obs, actions, rewards, next_obs, terminated, alpha) -> tuple[torch.Tensor, torch.Tensor]:
-        """TD loss of the critics against the target critics at the current actor's next action, and the mean Q."""
+    def critic_loss(self, obs, actions, rewards, next_obs, terminated, alpha, nets=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """TD loss of the critics against the target critics at the current actor's next action, and the mean Q.
+
+        ``nets`` = (actor, critic, target critic) replaces the agent's modules (:meth:`whole_update`).
+        """
         agent = self.agent
+        actor, critic, target_critic = nets or (None, None, None)
         with torch.no_grad(), self.autocast():
-            next_action, next_log_prob = agent.sample(next_obs)
-            next_v = agent.q(next_obs, next_action, target=True) - alpha * next_log_prob
+            next_action, next_log_prob = agent.sample(next_obs, actor)
+            next_v = agent.q(next_obs, next_action, target=True, critic=target_critic) - alpha * next_log_prob
             target = rewards + self.gamma * (1.0 - terminated) * next_v
         with self.autocast():
-            q = agent.q_all(obs, actions)
+            q = agent.q_all(obs, actions, critic=critic)
         return ((q - target) ** 2).mean(1).sum(), q.detach().mean()
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        if self._compiled is not None:
+            if self._state is None:
+                self._state = self._gather_state()
+            return self._compiled(self._state, batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.terminated)
         agent = self.agent
         obs, next_obs = agent.obs_norm(batch.obs), agent.obs_norm(batch.next_obs)
 
         # Actor: maximize Q - alpha * log pi.
         alpha = agent.log_alpha.exp().detach()
-        actor_loss, log_prob = self._actor_loss(obs, alpha)
+        actor_loss, log_prob = self.actor_loss(obs, alpha)
         self.actor_flat.zero_grad()
         actor_loss.backward()
         self.actor_opt.step()
@@ -334,13 +373,13 @@ class Learner:
 
         # Critics: the target uses the actor and temperature just updated.
         alpha = agent.log_alpha.exp().detach()
-        qf_loss, q_mean = self._critic_loss(obs, batch.actions, batch.rewards, next_obs, batch.terminated, alpha)
+        qf_loss, q_mean = self.critic_loss(obs, batch.actions, batch.rewards, next_obs, batch.terminated, alpha)
         self.critic_flat.zero_grad()
         qf_loss.backward()
         self.critic_opt.step()
 
         with torch.no_grad():
-            torch._foreach_lerp_(list(agent.critic_target.parameters()), list(agent.critic.parameters()), self.args.tau)
+            self.target_flat.param.lerp_(self.critic_flat.param, self.args.tau)
         return {
             "losses/qf_loss": qf_loss.detach(),
             "losses/qf_values": q_mean,
@@ -350,6 +389,65 @@ class Learner:
             "losses/entropy": -log_prob.mean(),
         }
 
+    def whole_update(self, state: dict, obs, actions, rewards, next_obs, terminated) -> dict[str, torch.Tensor]:
+        """:meth:`update` as tensor code without ``backward()`` or ``optimizer.step()``, so that
+        ``torch.compile`` makes it one graph: gradients by ``torch.func.grad`` with respect to the
+        flat parameter vectors, AdamW and Adam by :func:`adam_step_` on the optimizers' own state.
+        The same math, random draws and order as :meth:`update`."""
+        agent = self.agent
+        actor, critic, target, log_alpha = state["actor"], state["critic"], state["target"], state["log_alpha"]
+        obs, next_obs = agent.obs_norm(obs), agent.obs_norm(next_obs)
+
+        alpha = log_alpha.detach().exp()
+
+        def actor_loss(actor_vec):
+            loss, log_prob = self.actor_loss(obs, alpha, (self.actor_flat.at(actor_vec), self.critic_flat.at(critic.detach())))
+            return loss, (loss.detach(), log_prob)
+
+        actor_grad, (actor_loss, log_prob) = torch.func.grad(actor_loss, has_aux=True)(actor.detach())
+        adam_step_(actor, actor_grad, state["actor_adam"], self.actor_opt.param_groups[0]["lr"], self._hyper["actor"])
+
+        # d/d(log alpha) of -(exp(log alpha) * (log_prob + target)).mean() is the loss itself.
+        alpha_loss = -(alpha * (log_prob + self.target_entropy)).mean()
+        adam_step_(log_alpha, alpha_loss, state["alpha_adam"], self.alpha_opt.param_groups[0]["lr"], self._hyper["alpha"])
+
+        alpha = log_alpha.detach().exp()
+
+        def critic_loss(critic_vec):
+            nets = (self.actor_flat.at(actor.detach()), self.critic_flat.at(critic_vec), self.target_flat.at(target))
+            loss, q_mean = self.critic_loss(obs, actions, rewards, next_obs, terminated, alpha, nets)
+            return loss, (loss.detach(), q_mean)
+
+        critic_grad, (qf_loss, q_mean) = torch.func.grad(critic_loss, has_aux=True)(critic.detach())
+        adam_step_(critic, critic_grad, state["critic_adam"], self.critic_opt.param_groups[0]["lr"], self._hyper["critic"])
+        with torch.no_grad():
+            target.lerp_(critic, self.args.tau)
+        return {
+            "losses/qf_loss": qf_loss,
+            "losses/qf_values": q_mean,
+            "losses/actor_loss": actor_loss,
+            "losses/alpha": alpha,
+            "losses/alpha_loss": alpha_loss,
+            "losses/entropy": -log_prob.mean(),
+        }
+
+    def _gather_state(self) -> dict:
+        """The tensors :meth:`whole_update` reads and writes; its constants (the optimizers' settings)."""
+        opts = {"actor": self.actor_opt, "critic": self.critic_opt, "alpha": self.alpha_opt}
+        self._hyper = {name: adam_hyperparameters(opt) for name, opt in opts.items()}
+        params = {"actor": self.actor_flat.param, "critic": self.critic_flat.param, "alpha": self.agent.log_alpha}
+        return {
+            "actor": self.actor_flat.param,
+            "critic": self.critic_flat.param,
+            "target": self.target_flat.param,
+            "log_alpha": self.agent.log_alpha,
+            **{f"{name}_adam": adam_state(opt, params[name]) for name, opt in opts.items()},
+        }
+
+    def _mutated(self) -> list[torch.Tensor]:
+        """Every tensor :meth:`whole_update` changes in place (restored if its compile fails)."""
+        return [t for v in (self._state or {}).values() for t in (v if isinstance(v, tuple) else (v,))]
+
     def state_dict(self) -> dict:
         return {
             "actor_opt": self.actor_opt.state_dict(),
@@ -358,6 +456,7 @@ class Learner:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        self._state = None  # the optimizers' state tensors are replaced
         self.actor_opt.load_state_dict(state["actor_opt"])
         self.critic_opt.load_state_dict(state["critic_opt"])
         self.alpha_opt.load_state_dict(state["alpha_opt"])
@@ -386,9 +485,9 @@ if __name__ == "__main__":
         action_repeat=action_repeat,
     )
     agent = make_agent(args, vec_env)
-    # auto: on CUDA only; on a CPU the eager update measured as fast or faster (benchmarks/update_efficiency.py)
+    # auto: measured on the CPU only (benchmarks/README.md); on a GPU --compile on asks for it
     long_run = args.total_timesteps >= COMPILE_FROM_STEPS
-    use_compile = args.compile == "on" or (args.compile == "auto" and long_run and device.type == "cuda")
+    use_compile = args.compile == "on" or (args.compile == "auto" and long_run and device.type == "cpu")
     learner = Learner(agent, args, run.autocast, compile=use_compile)
     rb = ReplayBuffer(args.buffer_size, vec_env.single_observation_space.shape, vec_env.single_action_space.shape, device)
     # --learning-starts counts transitions (agent steps), as the official buffer's min_length.

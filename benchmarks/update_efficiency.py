@@ -9,8 +9,9 @@ them), on Hopper-v5's shapes, fed batches from the same random transitions, in o
 
 - **FLOPs per update**, counted by ``torch.utils.flop_counter.FlopCounterMode`` over one eager
   update (forward, backward and optimizer arithmetic of the matrix products it sees);
-- **seconds per update**, eager and with compiled losses (``--compile``), in alternating rounds (the machine's
-  speed drifts), the median round reported; **achieved GFLOP/s** = FLOPs / seconds;
+- **seconds per update**, eager and compiled (``--compile``: the agents' ``--compile on``, the whole
+  update as one graph for sac_nap and sac_simba, the losses and the gradient step for symphony), in
+  alternating rounds (the machine's speed drifts), the median round reported; **achieved GFLOP/s** = FLOPs / seconds;
 - **the ceiling**: every matrix product one update runs (recorded with their shapes, dtypes and
   transposes), replayed back to back on fresh tensors, nothing else; ceiling GFLOP/s = their FLOPs
   / their time, measured in the same rounds;
@@ -151,7 +152,7 @@ def main(args: BenchArgs) -> None:
         )
         contenders[f"{name} eager"] = eager
         contenders[f"{name} ceiling"] = ceiling
-        if args.compile:  # the same agent and data, its losses compiled (the agents' --compile on)
+        if args.compile:  # the same agent and data, compiled (the agents' --compile on)
             compiled = build(name, overrides.get(name, {}), args, vec_env, compile=True)[3]
             for _ in range(3):  # compile, then let any recompilation settle
                 compiled.update(rb.sample(batch_size))

@@ -1,5 +1,6 @@
 """SAC with SimBa: the paper's networks and defaults, the log-std map, the target, learning, resuming."""
 
+import copy
 import math
 
 import pytest
@@ -275,3 +276,42 @@ def test_sac_simba_resumes_a_killed_run(tmp_path):
     assert last["global_step"] == 600 and len(last["buffer"]["rewards"]) == 600
     steps = [s for s, _, _ in read_progress(run_dir)["charts/SPS"]]
     assert steps == sorted(steps) and len(steps) == len(set(steps)) == 6
+
+
+@pytest.mark.parametrize("encoder", ["simba", "mlp"])
+def test_whole_update_is_the_eager_update_as_tensor_code(encoder):
+    """whole_update (what --compile compiles into one graph) run eagerly: the same parameters,
+    optimizer state and losses as update(), with AdamW's weight decay, through a reload."""
+    buffer = ReplayBuffer(64, (5,), (2,))
+    generator = torch.Generator().manual_seed(1)
+    buffer.add(
+        torch.randn(64, 5, generator=generator),
+        torch.rand(64, 2, generator=generator) * 2 - 1,
+        torch.randn(64, generator=generator),
+        torch.randn(64, 5, generator=generator),
+        torch.rand(64, generator=generator) < 0.2,
+        torch.zeros(64, dtype=torch.bool),
+    )
+    torch.manual_seed(2)
+    batches = [buffer.sample(16) for _ in range(5)]
+    runs = []
+    for functional in (False, True):
+        torch.manual_seed(0)
+        agent, args = make_agent(encoder=encoder, actor_width=16, critic_width=16, batch_size=16, weight_decay=0.1)
+        learner = simba.Learner(agent, args)
+        torch.manual_seed(3)
+        for i, b in enumerate(batches):
+            if i == 3:  # a resumed run: the optimizers' state tensors are replaced
+                learner.load_state_dict(copy.deepcopy(learner.state_dict()))
+            if functional:
+                learner._state = learner._state or learner._gather_state()
+                losses = learner.whole_update(learner._state, b.obs, b.actions, b.rewards, b.next_obs, b.terminated)
+            else:
+                losses = learner.update(b)
+        runs.append((agent.state_dict(), learner.actor_opt.state_dict()["state"][0], {k: float(v) for k, v in losses.items()}))
+    (eager, eager_adam, eager_losses), (ours, our_adam, our_losses) = runs
+    for name in eager:
+        torch.testing.assert_close(ours[name], eager[name], rtol=1e-5, atol=1e-6, msg=name)
+    torch.testing.assert_close(our_adam["exp_avg"], eager_adam["exp_avg"], rtol=1e-5, atol=1e-6)
+    assert float(our_adam["step"]) == 5
+    assert our_losses == pytest.approx(eager_losses, rel=1e-5, abs=1e-6)
