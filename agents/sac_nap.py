@@ -343,7 +343,7 @@ class Learner:
             return loss, (loss.detach(), q_mean)
 
         critic_grad, (qf_loss, q_mean) = torch.func.grad(critic_loss, has_aux=True)(critic.detach())
-        adam_step_(critic, critic_grad, state["critic_adam"], state["critic_lr"], self._betas["critic"])
+        adam_step_(critic, critic_grad, state["critic_adam"], state["critic_lr"], self._hyper["critic"])
         if args.nap:
             project_spans_(critic, self._spans["critic"])
 
@@ -353,14 +353,14 @@ class Learner:
             return loss, (loss.detach(), log_prob)
 
         actor_grad, (actor_loss, log_prob) = torch.func.grad(actor_loss, has_aux=True)(actor.detach())
-        adam_step_(actor, actor_grad, state["actor_adam"], state["actor_lr"], self._betas["actor"])
+        adam_step_(actor, actor_grad, state["actor_adam"], state["actor_lr"], self._hyper["actor"])
         if args.nap:
             project_spans_(actor, self._spans["actor"])
 
         # d/d(log alpha) of -(exp(log alpha) * (log_prob + target)).mean() is the loss itself.
         alpha_loss = -(alpha * (log_prob + self.target_entropy)).mean()
         if args.autotune:
-            adam_step_(state["log_alpha"], alpha_loss, state["alpha_adam"], args.alpha_lr, self._betas["alpha"])
+            adam_step_(state["log_alpha"], alpha_loss, state["alpha_adam"], args.alpha_lr, self._hyper["alpha"])
         with torch.no_grad():
             target.lerp_(critic, args.tau)
         return {
@@ -372,14 +372,14 @@ class Learner:
         }
 
     def _gather_state(self) -> dict:
-        """The tensors :meth:`whole_update` reads and writes, and its constants (NaP spans, Adam betas)."""
+        """The tensors :meth:`whole_update` reads and writes, and its constants (NaP spans, the optimizers' settings)."""
         agent = self.agent
         self._spans = {
             "actor": self.actor_nap.flat_spans(self.actor_flat),
             "critic": self.critic_nap.flat_spans(self.critic_flat),
         }
         opts = {"actor": self.actor_opt, "critic": self.critic_opt, "alpha": self.alpha_opt}
-        self._betas = {name: adam_hyperparameters(opt) for name, opt in opts.items()}
+        self._hyper = {name: adam_hyperparameters(opt) for name, opt in opts.items()}
         params = {"actor": self.actor_flat.param, "critic": self.critic_flat.param, "alpha": agent.log_alpha}
         return {
             "actor": self.actor_flat.param,
