@@ -60,11 +60,11 @@ from cleanrl_style import (
     Run,
     RunArgs,
     RunningNorm,
-    adam_hyperparameters,
-    adam_state,
     adam_step_,
+    adam_tensors,
     buffer_checkpoint,
     compile_or_eager,
+    every_tensor,
     mlp,
     project_spans_,
     restore_buffer,
@@ -360,7 +360,7 @@ class Learner:
         # d/d(log alpha) of -(exp(log alpha) * (log_prob + target)).mean() is the loss itself.
         alpha_loss = -(alpha * (log_prob + self.target_entropy)).mean()
         if args.autotune:
-            adam_step_(state["log_alpha"], alpha_loss, state["alpha_adam"], args.alpha_lr, self._hyper["alpha"])
+            adam_step_(state["log_alpha"], alpha_loss, state["log_alpha_adam"], args.alpha_lr, self._hyper["log_alpha"])
         with torch.no_grad():
             target.lerp_(critic, args.tau)
         return {
@@ -372,29 +372,28 @@ class Learner:
         }
 
     def _gather_state(self) -> dict:
-        """The tensors :meth:`whole_update` reads and writes, and its constants (NaP spans, the optimizers' settings)."""
-        agent = self.agent
+        """The tensors :meth:`whole_update` reads and writes; its constants (NaP spans, the optimizers' settings)."""
         self._spans = {
             "actor": self.actor_nap.flat_spans(self.actor_flat),
             "critic": self.critic_nap.flat_spans(self.critic_flat),
         }
-        opts = {"actor": self.actor_opt, "critic": self.critic_opt, "alpha": self.alpha_opt}
-        self._hyper = {name: adam_hyperparameters(opt) for name, opt in opts.items()}
-        params = {"actor": self.actor_flat.param, "critic": self.critic_flat.param, "alpha": agent.log_alpha}
+        tensors, self._hyper = adam_tensors(
+            {
+                "actor": (self.actor_flat.param, self.actor_opt),
+                "critic": (self.critic_flat.param, self.critic_opt),
+                "log_alpha": (self.agent.log_alpha, self.alpha_opt),
+            }
+        )
         return {
-            "actor": self.actor_flat.param,
-            "critic": self.critic_flat.param,
+            **tensors,
             "target": self.target_flat.param,
-            "log_alpha": agent.log_alpha,
-            **{f"{name}_adam": adam_state(opt, params[name]) for name, opt in opts.items()},
             "actor_lr": torch.tensor(float(self.actor_opt.param_groups[0]["lr"])),
             "critic_lr": torch.tensor(float(self.critic_opt.param_groups[0]["lr"])),
         }
 
     def _mutated(self) -> list[torch.Tensor]:
         """Every tensor :meth:`whole_update` changes in place (restored if its compile fails)."""
-        state = self._state or {}
-        return [t for v in state.values() for t in (v if isinstance(v, tuple) else (v,))]
+        return every_tensor(self._state or {})
 
     def layer_stats(self) -> dict[str, float]:
         return {

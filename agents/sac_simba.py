@@ -84,12 +84,12 @@ from cleanrl_style import (
     RunArgs,
     RunningNorm,
     SimbaEncoder,
-    adam_hyperparameters,
-    adam_state,
     adam_step_,
+    adam_tensors,
     buffer_checkpoint,
     check_range,
     compile_or_eager,
+    every_tensor,
     layer_init,
     require,
     restore_buffer,
@@ -409,7 +409,9 @@ class Learner:
 
         # d/d(log alpha) of -(exp(log alpha) * (log_prob + target)).mean() is the loss itself.
         alpha_loss = -(alpha * (log_prob + self.target_entropy)).mean()
-        adam_step_(log_alpha, alpha_loss, state["alpha_adam"], self.alpha_opt.param_groups[0]["lr"], self._hyper["alpha"])
+        adam_step_(
+            log_alpha, alpha_loss, state["log_alpha_adam"], self.alpha_opt.param_groups[0]["lr"], self._hyper["log_alpha"]
+        )
 
         alpha = log_alpha.detach().exp()
 
@@ -433,20 +435,18 @@ class Learner:
 
     def _gather_state(self) -> dict:
         """The tensors :meth:`whole_update` reads and writes; its constants (the optimizers' settings)."""
-        opts = {"actor": self.actor_opt, "critic": self.critic_opt, "alpha": self.alpha_opt}
-        self._hyper = {name: adam_hyperparameters(opt) for name, opt in opts.items()}
-        params = {"actor": self.actor_flat.param, "critic": self.critic_flat.param, "alpha": self.agent.log_alpha}
-        return {
-            "actor": self.actor_flat.param,
-            "critic": self.critic_flat.param,
-            "target": self.target_flat.param,
-            "log_alpha": self.agent.log_alpha,
-            **{f"{name}_adam": adam_state(opt, params[name]) for name, opt in opts.items()},
-        }
+        tensors, self._hyper = adam_tensors(
+            {
+                "actor": (self.actor_flat.param, self.actor_opt),
+                "critic": (self.critic_flat.param, self.critic_opt),
+                "log_alpha": (self.agent.log_alpha, self.alpha_opt),
+            }
+        )
+        return {**tensors, "target": self.target_flat.param}
 
     def _mutated(self) -> list[torch.Tensor]:
         """Every tensor :meth:`whole_update` changes in place (restored if its compile fails)."""
-        return [t for v in (self._state or {}).values() for t in (v if isinstance(v, tuple) else (v,))]
+        return every_tensor(self._state or {})
 
     def state_dict(self) -> dict:
         return {

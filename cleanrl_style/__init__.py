@@ -10,7 +10,7 @@ plots) and ``llm`` (the language-model plumbing). A control agent imports what i
 from cleanrl_style.blocks.compiling import compile_or_eager
 from cleanrl_style.blocks.ensemble import Ensemble
 from cleanrl_style.blocks.flat_params import FlatParameters
-from cleanrl_style.blocks.functional_adam import adam_hyperparameters, adam_state, adam_step_
+from cleanrl_style.blocks.functional_adam import adam_hyperparameters, adam_state, adam_step_, adam_tensors, every_tensor
 from cleanrl_style.blocks.layers import MlpEncoder, SimbaBlock, SimbaEncoder, layer_init, mlp
 from cleanrl_style.blocks.nap import NormProjector, project_spans_
 from cleanrl_style.blocks.normalization import RewardScaler, RunningNorm
@@ -45,11 +45,13 @@ __all__ = [
     "adam_hyperparameters",
     "adam_state",
     "adam_step_",
+    "adam_tensors",
     "SimbaBlock",
     "SimbaEncoder",
     "args_from_dict",
     "buffer_checkpoint",
     "check_range",
+    "every_tensor",
     "compile_or_eager",
     "fading_tanh",
     "layer_init",

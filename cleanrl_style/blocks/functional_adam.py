@@ -81,3 +81,22 @@ def adam_step_(
     bias2 = 1 - beta2**step
     denom = exp_avg_sq.sqrt() / bias2.sqrt() + eps
     param.sub_((lr / bias1) * exp_avg / denom)
+
+
+def adam_tensors(steps: dict[str, tuple[torch.Tensor, torch.optim.Optimizer]]) -> tuple[dict, dict]:
+    """For a compiled whole update, from ``{name: (parameter tensor, its optimizer)}``:
+
+    - ``{name: parameter, name + "_adam": its (step, exp_avg, exp_avg_sq)}``, the tensors the update
+      reads and changes in place (:func:`adam_state`);
+    - ``{name: (beta1, beta2, eps, decoupled weight decay)}``, its constants (:func:`adam_hyperparameters`).
+    """
+    tensors: dict = {}
+    for name, (param, optimizer) in steps.items():
+        tensors[name] = param
+        tensors[f"{name}_adam"] = adam_state(optimizer, param)
+    return tensors, {name: adam_hyperparameters(optimizer) for name, (_, optimizer) in steps.items()}
+
+
+def every_tensor(state: dict) -> list[torch.Tensor]:
+    """The tensors of a whole update's state (values, or tuples of them): ``compile_or_eager``'s ``mutated``."""
+    return [t for value in state.values() for t in (value if isinstance(value, tuple) else (value,))]
