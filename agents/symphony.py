@@ -86,9 +86,11 @@ Choices made here where the paper leaves them open (S3 makes the same ones, unle
 - Truncated episodes bootstrap from the true final observation (``info["final_obs"]``).
 - The nodes are sorted with ``cleanrl_style.blocks.sorting.sort_rows`` (numpy's SIMD argsort on the CPU, the
   same values and gradients as ``torch.sort``, several times faster).
-- ``--compile auto`` compiles, for runs of 100k steps or more, the loss (forward and backward) and the
-  optimizer step with the target update (one fused pass); ``--precision bf16``
-  runs the matrix products in bfloat16 (losses, weights and optimizer state stay float32).
+- ``--compile on`` compiles the whole gradient step into one graph (``Learner.whole_update``: the
+  loss's gradient from ``torch.func.grad`` with respect to the flat parameter vector, the optimizer
+  step, the target update and ``Qbar``), drawing its noise from torch's generator as eager does;
+  ``auto`` does so for runs of 100k steps or more. ``--precision bf16`` runs the matrix products in
+  bfloat16 (losses, weights and optimizer state stay float32).
 """
 
 from __future__ import annotations
@@ -361,14 +363,20 @@ class SymphonyAdam(torch.optim.Optimizer):
         self.update_parameters()
 
     @torch.no_grad()
-    def update_parameters(self) -> None:
-        """The step's arithmetic (``step`` without the profiling hook torch.optim wraps it in: compilable)."""
+    def update_parameters(self, gradients: list[torch.Tensor] | None = None) -> None:
+        """The step's arithmetic (``step`` without the profiling hook torch.optim wraps it in: compilable).
+
+        ``gradients``, one per parameter of the single group, replace the parameters' ``.grad``.
+        """
         for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
+            if gradients is not None:
+                params, grads = list(group["params"]), gradients
+            else:
+                params = [p for p in group["params"] if p.grad is not None]
+                grads = [p.grad for p in params]
             if not params:
                 continue
             states = [self.state[p] for p in params]
-            grads = [p.grad for p in params]
             m, v = [st["m"] for st in states], [st["v"] for st in states]
             b1, b2 = group["betas"]
             torch._foreach_add_([st["step"] for st in states], 1)
@@ -400,16 +408,19 @@ class Learner:
             [self.flat.param], args.learning_rate, tuple(args.betas), weight_decay=args.weight_decay,
             bias_correction=args.bias_correction,
         )  # fmt: skip
-        # Compiled (torch.compile): the loss's forward and backward, and the optimizer step with the
-        # target update as one fused pass over the parameters (eager, it is about ten passes).
-        self._loss = compile_or_eager(self.loss, compile)
         self._targets, self._critic_params = list(agent.critic_target.parameters()), list(agent.critic.parameters())
-        self._apply_gradients = compile_or_eager(self.apply_gradients, compile, mutated=self.step_state)
+        # compile=True runs whole_update through torch.compile: the loss, its gradient, the optimizer
+        # step and the target update as one graph, its noise drawn from torch's generator as eager.
+        self._compiled = (
+            compile_or_eager(self.whole_update, True, mutated=self.step_state, options={"fallback_random": True})
+            if compile
+            else None
+        )
 
     def step_state(self) -> list[torch.Tensor]:
-        """Every tensor the optimizer step and the target update change in place."""
+        """Every tensor the update changes in place: parameters, moments, target critic, ``Qbar``."""
         moments = [t for state in self.optimizer.state.values() for t in state.values()]
-        return [self.flat.param, *moments, *self._targets]
+        return [self.flat.param, *moments, *self._targets, self.agent.q_bar]
 
     def loss(self, obs, actions, rewards, next_obs, terminated, q_bar) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Symphony's one loss (actor, critic, swaddling) and the new ``Qbar``; pure, so it compiles."""
@@ -441,18 +452,38 @@ class Learner:
         return actor_loss + critic_loss + swaddle, parts
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        if self._compiled is not None:
+            return self._compiled(batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.terminated)
         agent = self.agent
-        loss, parts = self._loss(batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.terminated, agent.q_bar)
+        loss, parts = self.loss(batch.obs, batch.actions, batch.rewards, batch.next_obs, batch.terminated, agent.q_bar)
         agent.q_bar.copy_(parts["q_bar"])
         self.flat.zero_grad()
         loss.backward()
-        self._apply_gradients()
+        self.apply_gradients()
         return {"losses/loss": loss.detach(), **{f"losses/{k}": v for k, v in parts.items()}}
 
+    def whole_update(self, obs, actions, rewards, next_obs, terminated) -> dict[str, torch.Tensor]:
+        """:meth:`update` without ``backward()``, so that ``torch.compile`` makes it one graph: the
+        gradient by ``torch.func.grad`` with respect to the flat parameter vector, read by the
+        unchanged :meth:`loss` through ``FlatParameters.reparametrized``. Same math and order."""
+        agent = self.agent
+
+        def loss_at(vector):
+            with self.flat.reparametrized(vector):
+                loss, parts = self.loss(obs, actions, rewards, next_obs, terminated, agent.q_bar)
+            return loss, (loss.detach(), parts)
+
+        grad, (loss, parts) = torch.func.grad(loss_at, has_aux=True)(self.flat.param.detach())
+        with torch.no_grad():
+            agent.q_bar.copy_(parts["q_bar"])
+        self.apply_gradients([grad])
+        return {"losses/loss": loss, **{f"losses/{k}": v for k, v in parts.items()}}
+
     @torch.no_grad()
-    def apply_gradients(self) -> None:
-        """The optimizer step, then the target critic's Polyak update toward the critic."""
-        self.optimizer.update_parameters()
+    def apply_gradients(self, grads: list[torch.Tensor] | None = None) -> None:
+        """The optimizer step (with ``grads``, else the parameters' ``.grad``), then the target
+        critic's Polyak update toward the critic."""
+        self.optimizer.update_parameters(grads)
         torch._foreach_lerp_(self._targets, self._critic_params, self.args.tau)
 
     def state_dict(self) -> dict:

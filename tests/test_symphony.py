@@ -289,3 +289,41 @@ def test_warns_when_the_replicated_warm_up_would_draw_most_batches_to_the_end():
     short = sym.Args(total_timesteps=100_000, buffer_size=40_960)
     assert sym.warm_up_dominance(short, FadingReplayBuffer(short.buffer_size, (3,), (1,))) is None
     assert sym.warm_up_dominance(sym.Args(total_timesteps=3_000_000), buffer) is None
+
+
+@pytest.mark.parametrize("bias_correction", [False, True])
+def test_whole_update_is_the_eager_update_as_tensor_code(bias_correction):
+    """whole_update (what --compile compiles into one graph) run eagerly: the same parameters,
+    target critic, optimizer moments, Qbar and losses as update()."""
+    generator = torch.Generator().manual_seed(1)
+    data = [
+        (
+            torch.randn(8, 3, generator=generator),
+            torch.rand(8, 1, generator=generator) * 2 - 1,
+            torch.randn(8, generator=generator),
+            torch.randn(8, 3, generator=generator),
+            (torch.rand(8, generator=generator) < 0.2).float(),
+        )
+        for _ in range(4)
+    ]
+    runs = []
+    for functional in (False, True):
+        torch.manual_seed(0)
+        args = sym.Args(hidden=16, critic_nodes=4, batch_size=8, bias_correction=bias_correction, weight_decay=0.1)
+        agent = sym.Symphony(3, 1, torch.tensor([-1.0]), torch.tensor([1.0]), args)
+        agent.reward_scale.fill_(1.0)  # set from the warm-up's rewards in a run
+        learner = sym.Learner(agent, args)
+        torch.manual_seed(3)
+        for obs, actions, rewards, next_obs, terminated in data:
+            if functional:
+                losses = learner.whole_update(obs, actions, rewards, next_obs, terminated)
+            else:
+                losses = learner.update(sym.Batch(obs, actions, rewards, next_obs, terminated, torch.zeros(8)))
+        moments = learner.optimizer.state[learner.flat.param]
+        runs.append((agent.state_dict(), moments["v"].clone(), {k: float(v) for k, v in losses.items()}))
+    (eager, eager_v, eager_losses), (ours, our_v, our_losses) = runs
+    for name in eager:
+        torch.testing.assert_close(ours[name], eager[name], rtol=1e-5, atol=1e-6, msg=name)
+    torch.testing.assert_close(our_v, eager_v, rtol=1e-5, atol=1e-9)
+    assert all(math.isfinite(v) for v in eager_losses.values()), eager_losses
+    assert our_losses == pytest.approx(eager_losses, rel=1e-5, abs=1e-6)

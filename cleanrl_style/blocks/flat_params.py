@@ -78,6 +78,11 @@ class FlatParameters:
         views = self.views(vector)
         return lambda *inputs, detach_params=False: torch.func.functional_call(self.module, views, inputs)
 
+    def reparametrized(self, vector: torch.Tensor):
+        """A context in which the module's parameters are read from ``vector`` (as :meth:`at`), for
+        code that calls the module's methods rather than its ``forward``."""
+        return torch.nn.utils.stateless._reparametrize_module(self.module, self.views(vector))
+
     def offset_of(self, view: torch.Tensor) -> int:
         """Where ``view`` (a parameter of the module, or a view of one) starts in :attr:`param`."""
         if view.untyped_storage().data_ptr() != self.param.untyped_storage().data_ptr():
