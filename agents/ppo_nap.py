@@ -245,6 +245,7 @@ if __name__ == "__main__":
     # the loss's forward and backward become a few fused kernels (same gradients to float rounding).
     use_compile = args.compile == "on" or (args.compile == "auto" and args.total_timesteps >= COMPILE_FROM_STEPS)
     minibatch_loss = compile_or_eager(ppo_loss, use_compile)
+    run.record(compiled_update=use_compile)  # what --compile auto chose, in provenance.json
 
     # Rollout storage, on the training device
     obs = torch.zeros((args.num_steps, args.num_envs, obs_dim), device=device)

@@ -435,6 +435,7 @@ if __name__ == "__main__":
     long_run = args.total_timesteps >= COMPILE_FROM_STEPS
     use_compile = args.compile == "on" or (args.compile == "auto" and long_run and device.type == "cpu")
     learner = Learner(agent, args, run.autocast, compile=use_compile)
+    run.record(compiled_update=use_compile)  # what --compile auto chose, in provenance.json
     rb = ReplayBuffer(args.buffer_size, vec_env.single_observation_space.shape, vec_env.single_action_space.shape, device)
     updates_from = args.learning_starts
     if run.checkpoint is not None:

@@ -489,6 +489,7 @@ if __name__ == "__main__":
     long_run = args.total_timesteps >= COMPILE_FROM_STEPS
     use_compile = args.compile == "on" or (args.compile == "auto" and long_run and device.type == "cpu")
     learner = Learner(agent, args, run.autocast, compile=use_compile)
+    run.record(compiled_update=use_compile)  # what --compile auto chose, in provenance.json
     rb = ReplayBuffer(args.buffer_size, vec_env.single_observation_space.shape, vec_env.single_action_space.shape, device)
     # --learning-starts counts transitions (agent steps), as the official buffer's min_length.
     random_until = args.learning_starts * action_repeat

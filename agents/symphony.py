@@ -529,6 +529,7 @@ if __name__ == "__main__":
     agent = make_agent(args, vec_env)
     use_compile = args.compile == "on" or (args.compile == "auto" and args.total_timesteps >= COMPILE_FROM_STEPS)
     learner = Learner(agent, args, run.autocast, compile=use_compile)
+    run.record(compiled_update=use_compile)  # what --compile auto chose, in provenance.json
     obs_shape, act_shape = vec_env.single_observation_space.shape, vec_env.single_action_space.shape
     rb = FadingReplayBuffer(args.buffer_size, obs_shape, act_shape, device=device, weight_fn=weight_fns[args.fading])
     if (warning := warm_up_dominance(args, rb)) is not None:

@@ -38,3 +38,13 @@ def test_the_backend_auto_chose_lands_in_the_newest_record(tmp_path):
     records = json.loads((tmp_path / provenance.FILE_NAME).read_text())
     assert "backend" not in records[0]
     assert records[1]["backend"] == vec_env.backend != "abstract"
+
+
+def test_the_run_records_whether_its_update_is_compiled(tmp_path):
+    from agent_runs import run_agent
+
+    run_dir = tmp_path / "run"
+    common = ["--env", "Pendulum", "--learning-starts", "50", "--batch-size", "8", "--hidden-sizes", "8", "8"]
+    run_agent("sac_nap", *common, "--total-timesteps", "60", "--eval-episodes", "0", "--compile", "off", run_dir=run_dir)
+    records = json.loads((run_dir / provenance.FILE_NAME).read_text())
+    assert records[-1]["compiled_update"] is False and records[-1]["backend"]

@@ -374,6 +374,11 @@ class Run:
                 self._film(self._watched[0], step)
                 self._next_video_episode: int = (episodes // self.args.video_every + 1) * self.args.video_every
 
+    def record(self, **fields: Any) -> None:
+        """Add what the agent decided at start to this start's provenance record, e.g.
+        ``run.record(compiled_update=True)`` (what ``--compile auto`` chose)."""
+        provenance.update_last_record(self.dir, fields)
+
     def watch(self, policy: torch.nn.Module, vec_env: Any) -> None:
         """The live policy (its ``act(obs)``) and the training env (its ``episodes_finished``), for
         --capture-video: the policy is filmed now (unless the run resumes) and after every --video-every
