@@ -43,7 +43,8 @@ class FlatParameters:
         self.shapes = [tuple(p.shape) for p in params]
         total = sum(p.numel() for p in params)
         self.param = nn.Parameter(torch.empty(total, device=params[0].device, dtype=params[0].dtype), trainable)
-        self.param.grad = torch.zeros_like(self.param) if trainable else None
+        grad = torch.zeros_like(self.param) if trainable else None
+        self.param.grad = grad
         self.offsets: list[int] = []
         offset = 0
         with torch.no_grad():
@@ -51,11 +52,11 @@ class FlatParameters:
                 n = p.numel()
                 self.param[offset : offset + n].copy_(p.reshape(-1))
                 p.data = self.param.data[offset : offset + n].view_as(p)
-                if trainable:
-                    p.grad = self.param.grad[offset : offset + n].view_as(p)
+                if grad is not None:
+                    p.grad = grad[offset : offset + n].view_as(p)
                 self.offsets.append(offset)
                 offset += n
-        self._grad = self.param.grad
+        self._grad_buffer = grad
 
     def views(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """``{parameter name: slice of flat}`` shaped like the module's parameters, for a functional call.
@@ -87,7 +88,13 @@ class FlatParameters:
         """Where ``view`` (a parameter of the module, or a view of one) starts in :attr:`param`."""
         if view.untyped_storage().data_ptr() != self.param.untyped_storage().data_ptr():
             raise ValueError("FlatParameters.offset_of: the tensor does not live in this flat buffer")
-        return view.storage_offset() - self.param.storage_offset()
+        return int(view.storage_offset() - self.param.storage_offset())
+
+    @property
+    def _grad(self) -> torch.Tensor:
+        if self._grad_buffer is None:
+            raise RuntimeError("FlatParameters(trainable=False) has no gradients to zero or clip")
+        return self._grad_buffer
 
     def zero_grad(self) -> None:
         # optimizer.zero_grad() replaces param.grad; module.zero_grad() clears every p.grad (the first
