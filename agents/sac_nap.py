@@ -32,7 +32,8 @@ Choices made here (the papers leave them open):
   losses with their gradients from ``torch.func.grad`` on the flat parameter vectors, the three Adam
   steps as tensor arithmetic on the optimizers' own state, the projections and the target update);
   the eager step is the same math with ``backward()`` and fused Adam. The compiled graph draws its
-  noise from torch's generator, so a seed gives the same run either way, up to float rounding.
+  noise from torch's generator, so each update equals the eager one up to float rounding (over a
+  run the rounding differences grow: benchmarks/README.md).
   ``auto`` compiles CPU runs of 50k steps or more.
 - Truncated episodes bootstrap from the true final observation (``info["final_obs"]``); only
   termination stops the bootstrap.
@@ -239,7 +240,7 @@ class Learner:
         self.actor_nap = NormProjector(agent.actor, [agent.actor.net[-1]], **nap)
         self.critic_nap = NormProjector(critic_members, [m[-1] for m in critic_members], **nap)
         # fallback_random: the compiled graph draws its noise from torch's generator, as eager does, so
-        # a seed gives the same run compiled or eager (up to float rounding).
+        # each update equals the eager one up to float rounding.
         self._compiled = (
             compile_or_eager(self.whole_update, True, mutated=self._mutated, options={"fallback_random": True})
             if compile

@@ -53,7 +53,7 @@ Choices made here (the paper and the official code leave them, or differ only in
 - ``--compile on`` compiles the whole gradient step into one graph (``Learner.whole_update``: both
   losses with their gradients from ``torch.func.grad`` on the flat parameter vectors, the AdamW and
   Adam steps as tensor arithmetic on the optimizers' own state, the target update), drawing its
-  noise from torch's generator so that a seed gives the eager run up to float rounding. ``auto``
+  noise from torch's generator so that each update equals the eager one up to float rounding. ``auto``
   compiles CPU runs of 50k steps or more (measured there: 1.7x faster updates at width 64); on a
   GPU, where it has not been measured, ``--compile on`` asks for it.
 - ``--precision bf16`` runs the matrix products in bfloat16 (losses, weights and optimizer state
