@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -167,12 +166,9 @@ class SoftActorCritic(nn.Module):
         self.register_buffer("action_scale", (action_high - action_low) / 2)
         self.register_buffer("action_bias", (action_high + action_low) / 2)
 
-    def sample(self, x: torch.Tensor, actor: Callable | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Reparameterized action and its log-probability ``(B,)`` for normalized observations.
-
-        ``actor`` replaces ``self.actor`` (the compiled update passes the actor at a flat parameter vector).
-        """
-        mean, log_std = (actor or self.actor)(x)
+    def sample(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterized action and its log-probability ``(B,)`` for normalized observations."""
+        mean, log_std = self.actor(x)
         std = log_std.exp()
         u = mean + std * torch.randn_like(mean)
         y = torch.tanh(u)
@@ -181,10 +177,10 @@ class SoftActorCritic(nn.Module):
         log_prob = log_prob - torch.log(self.action_scale * (1 - y.pow(2)) + 1e-6).sum(-1)
         return self.action_bias + self.action_scale * y, log_prob
 
-    def q_values(self, x: torch.Tensor, action: torch.Tensor, critic: Callable | None = None, detach_params: bool = False):
-        """Every critic at (normalized obs, action): ``(num_critics, B)``; ``critic`` replaces ``self.critic``
-        (``self.critic_target`` for the TD target)."""
-        return (critic or self.critic)(torch.cat([x, action], -1), detach_params=detach_params).squeeze(-1)
+    def q_values(self, x: torch.Tensor, action: torch.Tensor, target: bool = False, detach_params: bool = False):
+        """Every critic at (normalized obs, action): ``(num_critics, B)``."""
+        critic = self.critic_target if target else self.critic
+        return critic(torch.cat([x, action], -1), detach_params=detach_params).squeeze(-1)
 
     @torch.no_grad()
     def explore(self, obs: torch.Tensor) -> torch.Tensor:
@@ -256,31 +252,23 @@ class Learner:
             self._state["actor_lr"].fill_(frac * self.args.policy_lr)
             self._state["critic_lr"].fill_(frac * self.args.q_lr)
 
-    def critic_loss(self, obs, actions, rewards, next_obs, terminated, alpha, nets=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Soft TD loss of every critic (normalized observations) and the mean Q.
-
-        ``nets`` = (actor, critic, target critic) replaces the agent's modules (:meth:`whole_update`).
-        """
+    def critic_loss(self, obs, actions, rewards, next_obs, terminated, alpha) -> tuple[torch.Tensor, torch.Tensor]:
+        """Soft TD loss of every critic (normalized observations) and the mean Q."""
         agent = self.agent
-        actor, critic, target_critic = nets or (agent.actor, agent.critic, agent.critic_target)
         with torch.no_grad(), self.autocast():
-            next_action, next_log_prob = agent.sample(next_obs, actor)
-            next_q = agent.q_values(next_obs, next_action, target_critic).float()
+            next_action, next_log_prob = agent.sample(next_obs)
+            next_q = agent.q_values(next_obs, next_action, target=True).float()
             target = soft_q_target(rewards, terminated, next_q, next_log_prob.float(), alpha, self.args.gamma)
         with self.autocast():
-            q = agent.q_values(obs, actions, critic).float()
+            q = agent.q_values(obs, actions).float()
         return ((q - target) ** 2).mean(1).sum(), q.detach().mean()
 
-    def actor_loss(self, obs, alpha, nets=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``alpha log pi - min_k Q_k`` (critic parameters get no gradient) and the log-probabilities.
-
-        ``nets`` = (actor, critic) replaces the agent's modules; that critic must already be detached.
-        """
+    def actor_loss(self, obs, alpha) -> tuple[torch.Tensor, torch.Tensor]:
+        """``alpha log pi - min_k Q_k`` (critic parameters get no gradient) and the log-probabilities."""
         agent = self.agent
-        actor, critic = nets or (agent.actor, agent.critic)
         with self.autocast():
-            action, log_prob = agent.sample(obs, actor)
-            q_pi = agent.q_values(obs, action, critic, detach_params=nets is None).min(0).values
+            action, log_prob = agent.sample(obs)
+            q_pi = agent.q_values(obs, action, detach_params=True).min(0).values
         log_prob = log_prob.float()
         return (alpha * log_prob - q_pi.float()).mean(), log_prob.detach()
 
@@ -335,12 +323,12 @@ class Learner:
         alpha = state["log_alpha"].detach().exp()
 
         def critic_loss(critic_vec):
-            nets = (
-                self.actor_flat.at(actor.detach()),
-                self.critic_flat.at(critic_vec),
-                self.target_flat.at(target),
-            )
-            loss, q_mean = self.critic_loss(obs, actions, rewards, next_obs, terminated, alpha, nets)
+            with (
+                self.actor_flat.reparametrized(actor.detach()),
+                self.critic_flat.reparametrized(critic_vec),
+                self.target_flat.reparametrized(target),
+            ):
+                loss, q_mean = self.critic_loss(obs, actions, rewards, next_obs, terminated, alpha)
             return loss, (loss.detach(), q_mean)
 
         critic_grad, (qf_loss, q_mean) = torch.func.grad(critic_loss, has_aux=True)(critic.detach())
@@ -349,8 +337,8 @@ class Learner:
             project_spans_(critic, self._spans["critic"])
 
         def actor_loss(actor_vec):
-            nets = (self.actor_flat.at(actor_vec), self.critic_flat.at(critic.detach()))
-            loss, log_prob = self.actor_loss(obs, alpha, nets)
+            with self.actor_flat.reparametrized(actor_vec), self.critic_flat.reparametrized(critic.detach()):
+                loss, log_prob = self.actor_loss(obs, alpha)
             return loss, (loss.detach(), log_prob)
 
         actor_grad, (actor_loss, log_prob) = torch.func.grad(actor_loss, has_aux=True)(actor.detach())

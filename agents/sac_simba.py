@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -253,12 +252,9 @@ class SimbaSAC(nn.Module):
         self.register_buffer("action_scale", (action_high - action_low) / 2)
         self.register_buffer("action_bias", (action_high + action_low) / 2)
 
-    def sample(self, x: torch.Tensor, actor: Callable | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Reparameterized action in the env's bounds, and the log-probability ``(B,)`` of its [-1, 1] form.
-
-        ``actor`` replaces ``self.actor`` (the compiled update passes the actor at a flat parameter vector).
-        """
-        mean, log_std = (actor or self.actor)(x)
+    def sample(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterized action in the env's bounds, and the log-probability ``(B,)`` of its [-1, 1] form."""
+        mean, log_std = self.actor(x)
         std = log_std.exp()
         u = mean + std * torch.randn_like(mean)
         y = torch.tanh(u)
@@ -267,15 +263,14 @@ class SimbaSAC(nn.Module):
         log_prob = log_prob - (2 * (math.log(2) - u - nn.functional.softplus(-2 * u))).sum(-1)
         return self.action_bias + self.action_scale * y, log_prob
 
-    def q(self, x: torch.Tensor, action: torch.Tensor, target: bool = False, detach_params: bool = False, critic=None):
+    def q(self, x: torch.Tensor, action: torch.Tensor, target: bool = False, detach_params: bool = False) -> torch.Tensor:
         """The critics' estimate ``(B,)``: the minimum of the two with clipped double-Q, else the one critic."""
-        q_all = self.q_all(x, action, target, detach_params, critic)
+        q_all = self.q_all(x, action, target, detach_params)
         return q_all.min(0).values if self.clipped_double_q else q_all[0]
 
-    def q_all(self, x, action, target: bool = False, detach_params: bool = False, critic=None) -> torch.Tensor:
-        """Every critic, ``(num_critics, B)``; the critics see the action in [-1, 1]. ``critic``
-        replaces the critics (or the target critics) as a function, as in :meth:`sample`."""
-        critic = critic or (self.critic_target if target else self.critic)
+    def q_all(self, x, action, target: bool = False, detach_params: bool = False) -> torch.Tensor:
+        """Every critic, ``(num_critics, B)``; the critics see the action in [-1, 1]."""
+        critic = self.critic_target if target else self.critic
         unit_action = (action - self.action_bias) / self.action_scale
         return critic(torch.cat([x, unit_action], -1), detach_params=detach_params)
 
@@ -323,31 +318,22 @@ class Learner:
         )
         self._state: dict | None = None  # whole_update's tensors, gathered at its first call
 
-    def actor_loss(self, obs, alpha, nets=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``alpha log pi - Q`` (critic parameters get no gradient) and the log-probabilities.
-
-        ``nets`` = (actor, critic) replaces the agent's modules (:meth:`whole_update`); that critic
-        must already be detached.
-        """
-        actor, critic = nets or (None, None)
+    def actor_loss(self, obs, alpha) -> tuple[torch.Tensor, torch.Tensor]:
+        """``alpha log pi - Q`` (critic parameters get no gradient) and the log-probabilities."""
         with self.autocast():
-            action, log_prob = self.agent.sample(obs, actor)
-            q_pi = self.agent.q(obs, action, detach_params=nets is None, critic=critic)
+            action, log_prob = self.agent.sample(obs)
+            q_pi = self.agent.q(obs, action, detach_params=True)
         return (alpha * log_prob - q_pi).mean(), log_prob.detach()
 
-    def critic_loss(self, obs, actions, rewards, next_obs, terminated, alpha, nets=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """TD loss of the critics against the target critics at the current actor's next action, and the mean Q.
-
-        ``nets`` = (actor, critic, target critic) replaces the agent's modules (:meth:`whole_update`).
-        """
+    def critic_loss(self, obs, actions, rewards, next_obs, terminated, alpha) -> tuple[torch.Tensor, torch.Tensor]:
+        """TD loss of the critics against the target critics at the current actor's next action, and the mean Q."""
         agent = self.agent
-        actor, critic, target_critic = nets or (None, None, None)
         with torch.no_grad(), self.autocast():
-            next_action, next_log_prob = agent.sample(next_obs, actor)
-            next_v = agent.q(next_obs, next_action, target=True, critic=target_critic) - alpha * next_log_prob
+            next_action, next_log_prob = agent.sample(next_obs)
+            next_v = agent.q(next_obs, next_action, target=True) - alpha * next_log_prob
             target = rewards + self.gamma * (1.0 - terminated) * next_v
         with self.autocast():
-            q = agent.q_all(obs, actions, critic=critic)
+            q = agent.q_all(obs, actions)
         return ((q - target) ** 2).mean(1).sum(), q.detach().mean()
 
     def update(self, batch: Batch) -> dict[str, torch.Tensor]:
@@ -401,7 +387,8 @@ class Learner:
         alpha = log_alpha.detach().exp()
 
         def actor_loss(actor_vec):
-            loss, log_prob = self.actor_loss(obs, alpha, (self.actor_flat.at(actor_vec), self.critic_flat.at(critic.detach())))
+            with self.actor_flat.reparametrized(actor_vec), self.critic_flat.reparametrized(critic.detach()):
+                loss, log_prob = self.actor_loss(obs, alpha)
             return loss, (loss.detach(), log_prob)
 
         actor_grad, (actor_loss, log_prob) = torch.func.grad(actor_loss, has_aux=True)(actor.detach())
@@ -416,8 +403,12 @@ class Learner:
         alpha = log_alpha.detach().exp()
 
         def critic_loss(critic_vec):
-            nets = (self.actor_flat.at(actor.detach()), self.critic_flat.at(critic_vec), self.target_flat.at(target))
-            loss, q_mean = self.critic_loss(obs, actions, rewards, next_obs, terminated, alpha, nets)
+            with (
+                self.actor_flat.reparametrized(actor.detach()),
+                self.critic_flat.reparametrized(critic_vec),
+                self.target_flat.reparametrized(target),
+            ):
+                loss, q_mean = self.critic_loss(obs, actions, rewards, next_obs, terminated, alpha)
             return loss, (loss.detach(), q_mean)
 
         critic_grad, (qf_loss, q_mean) = torch.func.grad(critic_loss, has_aux=True)(critic.detach())

@@ -52,7 +52,7 @@ def test_truncation_bootstraps_from_the_final_observation():
     batch = buffer.sample(1)
     assert torch.equal(batch.next_obs, final_obs) and batch.terminated.item() == 0.0
     with torch.no_grad():
-        next_q = agent.q_values(agent.obs_norm(batch.next_obs), torch.zeros(1, 1), agent.critic_target)
+        next_q = agent.q_values(agent.obs_norm(batch.next_obs), torch.zeros(1, 1), target=True)
         target = sac.soft_q_target(batch.rewards, batch.terminated, next_q, torch.zeros(1), torch.tensor(0.0), 0.99)
     assert target.item() == pytest.approx(1.0 + 0.99 * next_q.min().item())
     assert target.item() != 1.0

@@ -70,18 +70,10 @@ class FlatParameters:
             for name, offset, shape in zip(self.names, self.offsets, self.shapes)
         }
 
-    def at(self, vector: torch.Tensor):
-        """The module as a function of its inputs with its parameters read from ``vector``.
-
-        Keyword arguments that only steer autograd (an :class:`Ensemble`'s ``detach_params``) are
-        accepted and ignored: a vector that must get no gradient is passed detached instead.
-        """
-        views = self.views(vector)
-        return lambda *inputs, detach_params=False: torch.func.functional_call(self.module, views, inputs)
-
     def reparametrized(self, vector: torch.Tensor):
-        """A context in which the module's parameters are read from ``vector`` (as :meth:`at`), for
-        code that calls the module's methods rather than its ``forward``."""
+        """A context in which the module's parameters are read from ``vector`` (laid out as
+        :attr:`param`), so that unchanged code (a loss calling the module's methods) is a function of
+        ``vector``, which ``torch.func.grad`` can differentiate."""
         return torch.nn.utils.stateless._reparametrize_module(self.module, self.views(vector))
 
     def offset_of(self, view: torch.Tensor) -> int:
