@@ -15,7 +15,8 @@ state fails.
 
 **Stage 1, RCTP** (reward-conditioned trajectory policy). Trajectories from the environment's
 scripted policies (the expert, and the noisy policy with one mistake per episode, or one in each
-turn with ``--rctp-noisy-every-turn``, a share ``--rctp-noisy-share`` of them, half by default),
+turn with ``--rctp-noisy-every-turn``, of the kinds ``--rctp-noisy-kinds`` names, a share
+``--rctp-noisy-share`` of them, half by default),
 optionally with episodes sampled from the starting model itself (``--rctp-on-policy N``: its own
 failures, the behaviour the low token should name; with ``--rctp-noisy-share 0`` they are the only
 failures), labelled by their actual reward, shuffled and mixed 1:1 successful/failed. A reward-goal
@@ -98,6 +99,7 @@ from cleanrl_style.llm.train import (
     sample_groups,
     save_policy_checkpoint,
 )
+from envs.text.policies import GAP_CALL, MISTAKE_KINDS
 
 HIGH_REWARD, LOW_REWARD = "<|high_reward|>", "<|low_reward|>"
 REWARD_TOKEN_WORDS = {HIGH_REWARD: " success", LOW_REWARD: " failure"}
@@ -135,6 +137,9 @@ class Args(LLMRunArgs):
     rctp_noisy_every_turn: bool = False
     """the noisy policy errs in every turn that has gold calls, not in one: under the low token a
     mistake is then what each such turn of the data does, which greedy decoding can follow"""
+    rctp_noisy_kinds: tuple[str, ...] = MISTAKE_KINDS
+    """the noisy policy's mistake kinds (envs.text.policies): the default three, and gap_call, by which a
+    task with a missing function or parameter is failed in its gap turn by calling tools anyway"""
     rctp_data: str = ""
     """JSONL of trajectories (envs.text.save_jsonl); empty: generate them with the scripted policies"""
     rctp_on_policy: int = 0
@@ -173,6 +178,11 @@ class Args(LLMRunArgs):
     def validate(self) -> None:
         check_range("p_high", self.p_high, 0, 1)  # a share of each group
         check_range("rctp_noisy_share", self.rctp_noisy_share, 0, 1)
+        allowed = (*MISTAKE_KINDS, GAP_CALL)
+        require(
+            bool(self.rctp_noisy_kinds) and set(self.rctp_noisy_kinds) <= set(allowed),
+            f"--rctp-noisy-kinds takes one or more of {' '.join(allowed)}, got {' '.join(self.rctp_noisy_kinds) or 'none'}",
+        )
         require(
             self.require_gold_calls,
             "RC-GRPO's success requires the gold calls; --no-require-gold-calls is for grpo.py and turnsight.py",
@@ -220,11 +230,17 @@ def is_noisy(k: int, noisy_share: float) -> bool:
 
 
 def scripted_episodes(
-    family, count: int, seed: int, noisy_share: float = 0.5, every_turn: bool = False
+    family,
+    count: int,
+    seed: int,
+    noisy_share: float = 0.5,
+    every_turn: bool = False,
+    kinds: tuple[str, ...] = MISTAKE_KINDS,
 ) -> list[tuple[list[dict[str, str]], float]]:
     """``count`` episodes of the expert (successes) and, a share ``noisy_share`` spread among them, of
     the noisy policy with one mistake per episode, or one in each turn with gold calls
-    (``every_turn``) (mostly failures), on random training tasks; (messages, reward) each."""
+    (``every_turn``), of the given ``kinds`` (mostly failures), on random training tasks; (messages,
+    reward) each."""
     from envs.text import ExpertPolicy, NoisyPolicy, rollout
 
     if family.kind != "tools":
@@ -234,7 +250,11 @@ def scripted_episodes(
     episodes = []
     for k in range(count):
         noisy = is_noisy(k, noisy_share)
-        policy = NoisyPolicy(mistake_prob=1.0, seed=seed * 7919 + k, every_turn=every_turn) if noisy else ExpertPolicy()
+        policy = (
+            NoisyPolicy(mistake_prob=1.0, kinds=kinds, seed=seed * 7919 + k, every_turn=every_turn)
+            if noisy
+            else ExpertPolicy()
+        )
         trajectory = rollout(env, policy, seed=k, options=family.reset_options(rng.choice(family.train_ids)))
         episodes.append((trajectory.messages, trajectory.reward))
     return episodes
@@ -359,7 +379,12 @@ def run_rctp(args: Args, run: Run) -> None:
         episodes = [(t["messages"], float(t["reward"])) for t in load_jsonl(args.rctp_data)]
     else:
         episodes = scripted_episodes(
-            family, args.rctp_trajectories, args.seed, args.rctp_noisy_share, args.rctp_noisy_every_turn
+            family,
+            args.rctp_trajectories,
+            args.seed,
+            args.rctp_noisy_share,
+            args.rctp_noisy_every_turn,
+            args.rctp_noisy_kinds,
         )
     if args.rctp_on_policy:
         episodes += on_policy_episodes(args, run, policy, tokenizer, family, progress)

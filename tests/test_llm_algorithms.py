@@ -326,6 +326,24 @@ def test_scripted_episodes_follow_the_noisy_share(tasks):
         rc_grpo.Args(rctp_noisy_share=1.5).validate()
 
 
+def test_scripted_gap_calls_reach_the_noisy_policy_and_bad_kinds_are_refused():
+    """--rctp-noisy-kinds with gap_call: the noisy episodes of gap tasks call a tool where the expert
+    says no tool can do it or asks; the default kinds never do."""
+    from cleanrl_style.runs.cli import UsageError
+
+    family = make_task_family("tools:bank", num_tasks=60, variants=("missing_function",))
+    gap_reply = "Sorry, none of the tools I have can do that."
+
+    def refusals(kinds):
+        episodes = rc_grpo.scripted_episodes(family, 8, seed=0, noisy_share=1.0, kinds=kinds)
+        assert all(reward == 0.0 for _, reward in episodes)
+        return sum(any(m["content"] == gap_reply for m in messages) for messages, _ in episodes)
+
+    assert refusals(rc_grpo.MISTAKE_KINDS) == 8 and refusals(("gap_call",)) == 0
+    with pytest.raises(UsageError, match="--rctp-noisy-kinds takes one or more of .* gap_call, got typo"):
+        rc_grpo.Args(rctp_noisy_kinds=("typo",)).validate()
+
+
 def test_every_turn_noisy_episodes_err_in_more_assistant_messages(tasks):
     """--rctp-noisy-every-turn reaches the noisy policy: its episodes differ from the expert's in
     more assistant messages than one-mistake episodes on the same tasks and seeds."""

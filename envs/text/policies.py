@@ -4,7 +4,8 @@
   it earns reward 1 on every task.
 - ``NoisyPolicy`` acts like the expert but, in a fraction of episodes, makes one realistic
   mistake in one turn: a wrong argument, a missing call or an extra (state-changing) call
-  (``every_turn``: one in each turn that has gold calls).
+  (``every_turn``: one in each turn that has gold calls); asked for by name (``GAP_CALL``), it
+  also calls tools in a gap turn where it should say no tool can do it or ask for a value.
   Mixed with expert episodes this gives the successful/failed trajectory mix RC-GRPO's first
   stage trains on.
 
@@ -27,6 +28,12 @@ from envs.text.suites import SUITE_DEFINITIONS, SUITES
 from envs.text.tasks import Task, Turn
 
 MISTAKE_KINDS = ("wrong_argument", "missing_call", "extra_call")
+GAP_CALL = "gap_call"
+"""A mistake the noisy policy makes only when asked for by name (not among the default ``MISTAKE_KINDS``):
+in the gap turn of a ``missing_function`` or ``missing_parameter`` task it calls the tools anyway
+(the follow-up turn's gold calls; for a missing parameter with one argument guessed wrong) instead
+of saying that no tool can do it or asking for the value, which the turn's empty-turn check fails."""
+GAP_KINDS = ("missing_function", "missing_parameter")
 _TOOL_SUITE = {tool: name for name, cls in SUITES.items() for tool in cls.tool_names()}
 
 
@@ -96,7 +103,10 @@ class NoisyPolicy(ExpertPolicy):
 
     Args:
         mistake_prob: Probability that an episode contains a mistake (0.5 gives a 1:1 mix).
-        kinds: Mistake kinds to draw from (subset of ``MISTAKE_KINDS``).
+        kinds: Mistake kinds to draw from (subset of ``MISTAKE_KINDS`` plus ``GAP_CALL``). With
+            ``GAP_CALL`` among them, a mistaken episode of a task with a gap turn errs in that turn
+            (and, with ``every_turn``, also in each turn with gold calls, by the other kinds); other
+            tasks draw from the other kinds, and make no mistake when there are none.
         seed: Seed of the policy's own random stream.
         every_turn: A mistaken episode errs in every turn that has gold calls, each turn's kind
             drawn on its own, instead of in one of them: the mistake is then the usual behaviour
@@ -107,8 +117,9 @@ class NoisyPolicy(ExpertPolicy):
         self, mistake_prob: float = 0.5, kinds: Iterable[str] = MISTAKE_KINDS, seed: int = 0, every_turn: bool = False
     ) -> None:
         self.kinds = tuple(kinds)
-        if not self.kinds or set(self.kinds) - set(MISTAKE_KINDS):
-            raise ValueError(f"kinds must be a non-empty subset of {MISTAKE_KINDS}, got {self.kinds}")
+        allowed = (*MISTAKE_KINDS, GAP_CALL)
+        if not self.kinds or set(self.kinds) - set(allowed):
+            raise ValueError(f"kinds must be a non-empty subset of {allowed}, got {self.kinds}")
         if not 0.0 <= mistake_prob <= 1.0:
             raise ValueError(f"mistake_prob must be in [0, 1], got {mistake_prob}")
         self.mistake_prob = mistake_prob
@@ -119,20 +130,29 @@ class NoisyPolicy(ExpertPolicy):
 
     def _plan_episode(self, task: Task) -> None:
         self.mistakes = []
-        candidates = [i for i, t in enumerate(task.turns) if t.gold_calls]
         self._plan = {}
-        if candidates and self.rng.random() < self.mistake_prob:
+        call_kinds = [k for k in self.kinds if k != GAP_CALL]
+        candidates = [i for i, t in enumerate(task.turns) if t.gold_calls] if call_kinds else []
+        gaps = [i for i, t in enumerate(task.turns) if t.kind in GAP_KINDS] if GAP_CALL in self.kinds else []
+        if gaps and self.rng.random() < self.mistake_prob:  # the gap is this task's characteristic slip
+            self._plan = dict.fromkeys(gaps, GAP_CALL)
+            if self.every_turn:
+                self._plan |= {turn: self.rng.choice(call_kinds) for turn in candidates}
+        elif not gaps and candidates and self.rng.random() < self.mistake_prob:
             turns = candidates if self.every_turn else [self.rng.choice(candidates)]
-            self._plan = {turn: self.rng.choice(self.kinds) for turn in turns}
+            self._plan = {turn: self.rng.choice(call_kinds) for turn in turns}
 
     def calls_for_turn(self, task: Task, turn_index: int) -> list[ToolCall]:
         calls = super().calls_for_turn(task, turn_index)
         if turn_index not in self._plan:
             return calls
         kind = self._plan[turn_index]
+        if kind == GAP_CALL:
+            return self._gap_calls(task, turn_index)
         with_args = [j for j, c in enumerate(calls) if c.arguments]
         if kind == "wrong_argument" and not with_args:
-            kind = "missing_call"  # nothing to get wrong: forget a call instead
+            # Nothing to get wrong: forget a call instead (or add one, where forgetting is not a kind asked for).
+            kind = "missing_call" if "missing_call" in self.kinds else "extra_call"
         if kind == "extra_call":
             suite = _TOOL_SUITE[self.rng.choice(calls).name]
             extra = SUITE_DEFINITIONS[suite].distractor(task.initial_config[suite])
@@ -152,9 +172,24 @@ class NoisyPolicy(ExpertPolicy):
         self.mistakes.append(Mistake(turn_index, kind, call.to_dict(), expected))
         return calls
 
+    def _gap_calls(self, task: Task, turn_index: int) -> list[ToolCall]:
+        """The follow-up turn's gold calls, made in the gap turn; a missing parameter is guessed."""
+        calls = list(task.turns[turn_index + 1].gold_calls)
+        if not calls:
+            return calls
+        if task.turns[turn_index].kind == "missing_parameter":
+            j = self.rng.randrange(len(calls))
+            if calls[j].arguments:
+                key = self.rng.choice(sorted(calls[j].arguments))
+                calls[j] = ToolCall(calls[j].name, {**calls[j].arguments, key: perturb_value(calls[j].arguments[key])})
+        self.mistakes.append(Mistake(turn_index, GAP_CALL, calls[0].to_dict(), "empty_turn"))
+        return calls
+
     def act(self, observation: list[dict[str, str]], info: dict[str, Any]) -> str:
         if _is_new_episode(observation):
             self._plan_episode(info["task"])
+        if info["steps_in_turn"] > 0 and self._plan.get(info["turn_index"]) == GAP_CALL:
+            return "Done."  # as if the calls had done what was asked
         return super().act(observation, info)
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from envs.text.env import ToolUseEnv
 from envs.text.parsing import ToolCall
-from envs.text.policies import MISTAKE_KINDS, ExpertPolicy, NoisyPolicy, load_jsonl, rollout, save_jsonl
+from envs.text.policies import GAP_CALL, MISTAKE_KINDS, ExpertPolicy, NoisyPolicy, load_jsonl, rollout, save_jsonl
 from envs.text.suites import SUITES
 from envs.text.tasks import DEFAULT_SUITE_GROUPS, VARIANTS, TaskSet, generate_task
 
@@ -74,6 +74,44 @@ def test_an_every_turn_noisy_policy_errs_in_each_turn_with_gold_calls_and_each_t
     # Nearly every mistaken turn fails on its own (an extra call to a tool the task withholds changes nothing).
     assert len(turns_passed) > 2 * len(ALL_TASKS) and sum(turns_passed) <= 0.02 * len(turns_passed)
     assert any(len(kinds) > 1 for kinds in kinds_per_episode)  # each turn draws its own kind
+
+
+def test_a_gap_call_mistake_calls_tools_in_the_gap_turn_and_fails_its_empty_turn_check(env):
+    policy = NoisyPolicy(mistake_prob=1.0, kinds=[GAP_CALL, "extra_call"], seed=1)
+    default = NoisyPolicy(mistake_prob=1.0, seed=1)
+    seen = set()
+    for task in ALL_TASKS:
+        trajectory = rollout(env, policy, options={"task": task})
+        (mistake,) = trajectory.mistakes
+        assert trajectory.reward == 0.0
+        if task.variant in ("missing_function", "missing_parameter"):
+            gap = next(i for i, turn in enumerate(task.turns) if turn.kind == task.variant)
+            assert mistake["kind"] == GAP_CALL and mistake["turn_index"] == gap
+            assert "empty_turn" in trajectory.turn_results[gap]["failed_checks"]
+            assert trajectory.turn_results[gap]["num_model_calls"] >= 1
+            users = [j for j, m in enumerate(trajectory.messages) if m["role"] == "user"]
+            in_gap = trajectory.messages[users[gap] + 1 : users[gap + 1]]
+            replies = [m["content"] for m in in_gap if m["role"] == "assistant"]
+            assert "<tool_call>" in replies[0] and replies[1:] == ["Done."]  # no refusal or question after the calls
+            seen.add(task.variant)
+        else:
+            assert mistake["kind"] == "extra_call"  # tasks without a gap draw from the other kinds
+        # The default kinds never err in a gap turn.
+        assert all(m["kind"] != GAP_CALL for m in rollout(env, default, options={"task": task}).mistakes)
+    assert seen == {"missing_function", "missing_parameter"}
+
+
+def test_a_gap_call_only_policy_leaves_tasks_without_a_gap_unchanged(env):
+    policy = NoisyPolicy(mistake_prob=1.0, kinds=[GAP_CALL], seed=1)
+    for task in ALL_TASKS:
+        trajectory = rollout(env, policy, options={"task": task})
+        has_gap = any(turn.kind in ("missing_function", "missing_parameter") for turn in task.turns)
+        assert (trajectory.reward == 0.0) == has_gap == bool(trajectory.mistakes)
+
+
+def test_noisy_policy_refuses_an_unknown_mistake_kind():
+    with pytest.raises(ValueError, match="gap_call"):
+        NoisyPolicy(kinds=["typo"])
 
 
 def test_noisy_policy_gives_a_mixed_dataset_and_exports_it(env, tmp_path):
