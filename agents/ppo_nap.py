@@ -15,8 +15,9 @@ Differences from CleanRL, all fixes: truncated episodes bootstrap from ``V(final
 being treated as terminal; the normalizer statistics are saved with the model (evaluation uses
 them); runs resume from their last checkpoint.
 
-``--compile auto`` compiles the minibatch loss and its gradient for runs of 500k steps or more (on
-the CPU an update then costs ~40% less, after a one-off compile of 10-25 s). ``--precision bf16``
+``--compile auto`` compiles each minibatch step whole (``Learner.whole_step``: the loss, its
+gradient, the clipping, Adam and the projection as one graph) for runs of 500k steps or more, which
+repay the one-off compile. ``--precision bf16``
 runs the networks' matrix products in bfloat16 (autocast); the Gaussian's arithmetic, the losses,
 the weights and Adam's state stay float32.
 """
@@ -44,6 +45,8 @@ from cleanrl_style import (
     mlp,
     require,
 )
+from cleanrl_style.blocks.functional_adam import adam_step_, adam_tensors, every_tensor
+from cleanrl_style.blocks.nap import project_spans_
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 # --compile auto compiles runs at least this long, which repay the compile (10-25 s): it saves
@@ -203,6 +206,97 @@ def ppo_objective(newlogprob, old_logprobs, entropy, newvalue, advantages, retur
     return loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac
 
 
+class Learner:
+    """Adam and the NaP projection of an :class:`Agent`, and its minibatch step.
+
+    Eagerly a step is ``backward()``, gradient clipping, fused Adam and the projection on the flat
+    parameter tensor. ``compile=True`` runs :meth:`whole_step` through ``torch.compile`` instead: the
+    loss, its gradient, the clipping, Adam and the projection as one graph, the same step up to
+    float rounding.
+    """
+
+    def __init__(self, agent: Agent, args: Args, autocast=None, compile: bool = False):
+        self.agent, self.args = agent, args
+        self.autocast = autocast or (lambda: torch.autocast("cpu", enabled=False))
+        # All parameters in one tensor: zeroing, clipping and the Adam step are then a few ops each
+        # instead of dozens (a third of each minibatch update on the CPU). Same math as per-parameter.
+        self.flat = FlatParameters(agent)
+        self.optimizer = torch.optim.Adam([self.flat.param], lr=args.learning_rate, eps=1e-5, fused=True)
+        self.projector = NormProjector(
+            agent,
+            agent.output_layers(),
+            project_output=args.nap_project_output,
+            layer_norm=args.nap_layer_norm,
+            biases=args.nap_biases,
+        )
+        self._compiled = compile_or_eager(self.whole_step, True, mutated=self._mutated) if compile else None
+        self._state: dict | None = None  # whole_step's tensors, gathered at its first call
+
+    def set_lr(self, lr: float) -> None:
+        self.optimizer.param_groups[0]["lr"] = lr
+        if self._state is not None:
+            self._state["lr"].fill_(lr)  # a tensor in the compiled graph: the schedule does not recompile
+
+    def loss(self, obs, actions, old_logprobs, advantages, returns, old_values):
+        """:func:`ppo_objective` of one minibatch (normalized observations) and its diagnostics."""
+        with self.autocast():
+            _, newlogprob, entropy, newvalue = self.agent.get_action_and_value(obs, actions)
+        return ppo_objective(newlogprob, old_logprobs, entropy, newvalue, advantages, returns, old_values, self.args)
+
+    def step(self, *minibatch: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """One optimizer step on a minibatch; returns :func:`ppo_objective`'s outputs."""
+        if self._compiled is not None:
+            if self._state is None:
+                self._state = self._gather_state()
+            return self._compiled(self._state, *minibatch)
+        loss, *diagnostics = self.loss(*minibatch)
+        self.flat.zero_grad()
+        loss.backward()
+        self.flat.clip_grad_norm_(self.args.max_grad_norm)
+        self.optimizer.step()
+        if self.args.nap:
+            self.projector.project()
+        return (loss.detach(), *(d.detach() for d in diagnostics))
+
+    def whole_step(self, state: dict, *minibatch: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """:meth:`step` as tensor code without ``backward()`` or ``optimizer.step()``, so that
+        ``torch.compile`` makes it one graph: the gradient by ``torch.func.grad`` with respect to the
+        flat parameter vector, the clipping written out, Adam by :func:`adam_step_` on the
+        optimizer's own state, NaP by :func:`project_spans_`."""
+        params = state["agent"]
+
+        def loss(vector):
+            with self.flat.reparametrized(vector):
+                outputs = self.loss(*minibatch)
+            return outputs[0], tuple(o.detach() for o in outputs)
+
+        grad, outputs = torch.func.grad(loss, has_aux=True)(params.detach())
+        # FlatParameters.clip_grad_norm_'s scaling, as tensor ops
+        grad = grad * (self.args.max_grad_norm / (torch.linalg.vector_norm(grad) + 1e-6)).clamp(max=1.0)
+        adam_step_(params, grad, state["agent_adam"], state["lr"], self._hyper["agent"])
+        if self.args.nap:
+            project_spans_(params, self._spans)
+        return outputs
+
+    def _gather_state(self) -> dict:
+        """The tensors :meth:`whole_step` reads and writes; its constants (NaP spans, Adam's settings)."""
+        self._spans = self.projector.flat_spans(self.flat)
+        tensors, self._hyper = adam_tensors({"agent": (self.flat.param, self.optimizer)})
+        return {**tensors, "lr": torch.tensor(float(self.optimizer.param_groups[0]["lr"]))}
+
+    def _mutated(self) -> list[torch.Tensor]:
+        """Every tensor :meth:`whole_step` changes in place (restored if its compile fails)."""
+        return every_tensor(self._state or {})
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "nap": self.projector.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._state = None  # the optimizer's state tensors are replaced
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.projector.load_state_dict(state["nap"])
+
+
 def make_agent(args: Args, vec_env: envs.TorchVectorEnv) -> Agent:
     """The model for ``vec_env``'s spaces, on the env's device (also rebuilds it for evaluation)."""
     obs_dim, act_dim = vec_env.single_observation_space.shape[0], vec_env.single_action_space.shape[0]
@@ -217,35 +311,18 @@ if __name__ == "__main__":
     obs_dim = vec_env.single_observation_space.shape[0]
     act_dim = vec_env.single_action_space.shape[0]
     agent = make_agent(args, vec_env)
-    # All parameters in one tensor: zeroing, clipping and the Adam step are then a few ops each
-    # instead of dozens (a third of each minibatch update on the CPU). Same math as per-parameter.
-    flat = FlatParameters(agent)
-    optimizer = torch.optim.Adam([flat.param], lr=args.learning_rate, eps=1e-5, fused=True)
-    projector = NormProjector(
-        agent,
-        agent.output_layers(),
-        project_output=args.nap_project_output,
-        layer_norm=args.nap_layer_norm,
-        biases=args.nap_biases,
-    )
+    # A minibatch update of these small networks is bound by per-op overhead, not arithmetic: compiled,
+    # the whole step (loss, gradient, clipping, Adam, projection) is one graph of a few fused kernels.
+    use_compile = args.compile == "on" or (args.compile == "auto" and args.total_timesteps >= COMPILE_FROM_STEPS)
+    learner = Learner(agent, args, autocast=run.autocast, compile=use_compile)
+    run.record(compiled_update=use_compile)  # what --compile auto chose, in provenance.json
     reward_scaler = RewardScaler(args.num_envs, args.gamma).to(device)
     start_iteration = 1
     if run.checkpoint is not None:
         agent.load_state_dict(run.checkpoint["agent"])
-        optimizer.load_state_dict(run.checkpoint["optimizer"])
-        projector.load_state_dict(run.checkpoint["nap"])
+        learner.load_state_dict(run.checkpoint)
         reward_scaler.load_state_dict(run.checkpoint["reward_scaler"])
         start_iteration = run.checkpoint["iteration"] + 1
-
-    def ppo_loss(obs, actions, old_logprobs, advantages, returns, old_values):
-        _, newlogprob, entropy, newvalue = agent.get_action_and_value(obs, actions)
-        return ppo_objective(newlogprob, old_logprobs, entropy, newvalue, advantages, returns, old_values, args)
-
-    # A minibatch update of these small networks is bound by per-op overhead, not arithmetic: compiled,
-    # the loss's forward and backward become a few fused kernels (same gradients to float rounding).
-    use_compile = args.compile == "on" or (args.compile == "auto" and args.total_timesteps >= COMPILE_FROM_STEPS)
-    minibatch_loss = compile_or_eager(ppo_loss, use_compile)
-    run.record(compiled_update=use_compile)  # what --compile auto chose, in provenance.json
 
     # Rollout storage, on the training device
     obs = torch.zeros((args.num_steps, args.num_envs, obs_dim), device=device)
@@ -265,7 +342,7 @@ if __name__ == "__main__":
 
     for iteration in range(start_iteration, args.num_iterations + 1):
         if args.anneal_lr:
-            optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - (iteration - 1.0) / args.num_iterations)
+            learner.set_lr(args.learning_rate * (1.0 - (iteration - 1.0) / args.num_iterations))
 
         # ---- collect a rollout -------------------------------------------------------------------
         for step in range(args.num_steps):
@@ -312,17 +389,10 @@ if __name__ == "__main__":
             e_advantages, e_returns, e_values = b_advantages[b_inds], b_returns[b_inds], b_values[b_inds]
             for start in range(0, args.batch_size, args.minibatch_size):
                 mb = slice(start, start + args.minibatch_size)
-                with run.autocast():
-                    loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = minibatch_loss(
-                        e_obs[mb], e_actions[mb], e_logprobs[mb], e_advantages[mb], e_returns[mb], e_values[mb]
-                    )
+                loss, pg_loss, v_loss, entropy_loss, old_approx_kl, approx_kl, clipfrac = learner.step(
+                    e_obs[mb], e_actions[mb], e_logprobs[mb], e_advantages[mb], e_returns[mb], e_values[mb]
+                )
                 clipfracs.append(clipfrac)
-                flat.zero_grad()
-                loss.backward()
-                flat.clip_grad_norm_(args.max_grad_norm)
-                optimizer.step()
-                if args.nap:
-                    projector.project()
 
             if args.target_kl is not None and approx_kl > args.target_kl:
                 break
@@ -331,7 +401,7 @@ if __name__ == "__main__":
         y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
         var_y = np.var(y_true)
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-        lr = optimizer.param_groups[0]["lr"]
+        lr = learner.optimizer.param_groups[0]["lr"]
         sps = run.sps(global_step)
         metrics = {
             "charts/learning_rate": lr,
@@ -343,7 +413,7 @@ if __name__ == "__main__":
             "losses/approx_kl": approx_kl.item(),
             "losses/clipfrac": torch.stack(clipfracs).mean().item(),
             "losses/explained_variance": explained_var,
-            **projector.layer_stats(lr),
+            **learner.projector.layer_stats(lr),
             **episodes.metrics(),
         }
         run.log(global_step, metrics)
@@ -354,8 +424,7 @@ if __name__ == "__main__":
                 global_step,
                 iteration=iteration,
                 agent=agent.state_dict(),
-                optimizer=optimizer.state_dict(),
-                nap=projector.state_dict(),
+                **learner.state_dict(),
                 reward_scaler=reward_scaler.state_dict(),
             )
     vec_env.close()

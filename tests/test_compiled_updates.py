@@ -1,5 +1,5 @@
-"""The off-policy agents' compiled updates (sac_nap: the whole update as one graph; sac_simba and symphony: the
-losses' forward and backward) update as the eager ones do, from the same seed."""
+"""The agents' compiled updates (each a whole update or minibatch step as one graph) update as the eager
+ones do, from the same seed."""
 
 from __future__ import annotations
 
@@ -73,3 +73,49 @@ def compare_compiled_and_eager(name: str) -> None:
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-5)
     assert compiled_losses == pytest.approx(eager_losses, rel=1e-3, abs=1e-5)
     assert any(not torch.equal(a, b) for a, b in zip(eager_params, build(name, vec_env)[0].parameters()))  # it learned
+
+
+@pytest.mark.slow
+def test_ppo_compiled_minibatch_step_equals_the_eager_one():
+    """ppo_nap's Learner.whole_step (loss, gradient, clipping, Adam, projection in one graph) against
+    its eager step: four minibatch steps, a learning-rate change between them, a clipped gradient."""
+    import torch._inductor.config as inductor_config
+
+    module = import_agent("agents/ppo_nap.py")
+    vec_env = envs.make("Hopper", 1, backend="gymnasium")
+    generator = torch.Generator().manual_seed(1)
+    n = 64
+    minibatches = [
+        (
+            torch.randn(n, 11, generator=generator),
+            torch.randn(n, 3, generator=generator),
+            torch.randn(n, generator=generator) - 3.0,
+            torch.randn(n, generator=generator),
+            torch.randn(n, generator=generator) * 5,
+            torch.randn(n, generator=generator),
+        )
+        for _ in range(4)
+    ]
+    results = []
+    with inductor_config.patch(fallback_random=True), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for compiled in (False, True):
+            torch.manual_seed(0)
+            args = module.Args(env="Hopper", hidden_sizes=(32, 32), max_grad_norm=0.1)
+            agent = module.make_agent(args, vec_env)
+            learner = module.Learner(agent, args, compile=compiled)
+            for i, minibatch in enumerate(minibatches):
+                if i == 2:
+                    learner.set_lr(1e-4)
+                outputs = learner.step(*minibatch)
+            norms = learner.projector.layer_stats(1e-4)
+            results.append(([p.detach().clone() for p in agent.parameters()], [float(o) for o in outputs], norms))
+    assert not [str(w.message) for w in caught if "torch.compile of" in str(w.message)]  # no eager fallback
+    (eager_params, eager_out, eager_norms), (compiled_params, compiled_out, compiled_norms) = results
+    for a, b in zip(eager_params, compiled_params):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    assert compiled_out == pytest.approx(eager_out, rel=1e-3, abs=1e-5)
+    assert compiled_norms == pytest.approx(eager_norms, rel=1e-4)
+    torch.manual_seed(0)
+    start = list(module.make_agent(args, vec_env).parameters())
+    assert all(not torch.equal(a, b) for a, b in zip(eager_params, start))  # every parameter moved
