@@ -41,12 +41,14 @@ from cleanrl_style import (
     Run,
     RunArgs,
     RunningNorm,
+    adam_step_,
+    adam_tensors,
     compile_or_eager,
+    every_tensor,
     mlp,
+    project_spans_,
     require,
 )
-from cleanrl_style.blocks.functional_adam import adam_step_, adam_tensors, every_tensor
-from cleanrl_style.blocks.nap import project_spans_
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 # --compile auto compiles runs at least this long, which repay the compile (10-25 s): it saves
