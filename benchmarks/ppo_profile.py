@@ -1,0 +1,116 @@
+"""Where one PPO-NaP iteration's time goes: physics, the policy's rollout step, the minibatch steps.
+
+    python benchmarks/ppo_profile.py                       # Humanoid, 8 envs x 256 steps, 32 minibatches x 10 epochs
+    python benchmarks/ppo_profile.py --env Ant --rounds 3
+
+Each part of one iteration of ``agents/ppo_nap.py`` at its defaults is timed on its own, with the
+agent's own classes and backend, one torch thread, in alternating rounds (``benchmarks/timing.py``):
+
+- **physics**: 256 vector steps of the environment (zero actions);
+- **policy step**: 256 times the rollout's policy forward (action, log-probability, value) with the
+  observation and reward normalization;
+- **minibatch steps**, the update's 320 optimizer steps on minibatches of 64, three ways: eager
+  (``backward()``, fused Adam, projection), the loss and its backward compiled with the rest eager,
+  and the whole step compiled as one graph (``Learner.whole_step``, what ``--compile on`` runs).
+
+The figures are seconds per 2,048-step iteration (the minibatch step also in ms), medians over the
+rounds. Random minibatches: the cost of a step does not depend on the data.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import tyro
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from timing import alternating_rounds  # noqa: E402
+
+import envs  # noqa: E402
+from cleanrl_style import RewardScaler, compile_or_eager  # noqa: E402
+from cleanrl_style.runs.evaluate import import_agent  # noqa: E402
+
+
+@dataclass
+class Args:
+    env: str = "Humanoid"
+    """environment short name or Gymnasium id"""
+    backend: str = "auto"
+    """the agent's vector-env backend"""
+    rounds: int = 5
+    """alternating rounds"""
+
+
+def main(args: Args) -> None:
+    torch.set_num_threads(1)
+    ppo = import_agent("agents/ppo_nap.py")
+    run_args = ppo.Args(env=args.env, backend=args.backend)
+    num_envs, num_steps, minibatch = run_args.num_envs, run_args.num_steps, 2048 // run_args.num_minibatches
+    updates = run_args.num_minibatches * run_args.update_epochs
+    vec_env = envs.make(args.env, num_envs, backend=args.backend, device=torch.device("cpu"), seed=1)
+    agent = ppo.make_agent(run_args, vec_env)
+    obs_dim, act_dim = vec_env.single_observation_space.shape[0], vec_env.single_action_space.shape[0]
+    scaler = RewardScaler(num_envs, run_args.gamma)
+    raw, _ = vec_env.reset()
+    zeros = torch.zeros(num_envs, act_dim)
+
+    def physics() -> None:
+        for _ in range(num_steps):
+            vec_env.step(zeros)
+
+    def policy_step() -> None:
+        for _ in range(num_steps):
+            agent.obs_norm.update(raw)
+            with torch.no_grad():
+                agent.get_action_and_value(agent.obs_norm(raw))
+            scaler(torch.ones(num_envs), torch.zeros(num_envs, dtype=torch.bool))
+
+    g = torch.Generator().manual_seed(0)
+    batch = (
+        torch.randn(minibatch, obs_dim, generator=g),
+        torch.randn(minibatch, act_dim, generator=g),
+        torch.randn(minibatch, generator=g) - 3.0,
+        *(torch.randn(minibatch, generator=g) for _ in range(3)),
+    )
+    # One model per learner: FlatParameters moves a model's parameters into its learner's buffer.
+    eager = ppo.Learner(ppo.make_agent(run_args, vec_env), run_args)
+    whole = ppo.Learner(ppo.make_agent(run_args, vec_env), run_args, compile=True)
+    loss_only = ppo.Learner(ppo.make_agent(run_args, vec_env), run_args)
+    compiled_loss = compile_or_eager(loss_only.loss, True)
+
+    def loss_compiled_step() -> None:  # the loss and its backward compiled, the optimizer side eager
+        loss, *_ = compiled_loss(*batch)
+        loss_only.flat.zero_grad()
+        loss.backward()
+        loss_only.flat.clip_grad_norm_(run_args.max_grad_norm)
+        loss_only.optimizer.step()
+        loss_only.projector.project()
+
+    steps = {
+        "eager": lambda: eager.step(*batch),
+        "loss compiled": loss_compiled_step,
+        "whole step compiled": lambda: whole.step(*batch),
+    }
+    for step in steps.values():  # compile and warm up outside the clock
+        for _ in range(5):
+            step()
+    contenders = {"physics": physics, "policy step": policy_step}
+    contenders |= {f"minibatch steps, {name}": (lambda s=s: [s() for _ in range(updates)]) for name, s in steps.items()}
+    seconds = alternating_rounds(contenders, args.rounds, seconds_per_round=0.0, min_calls=1)
+    print(
+        f"{args.env}, backend {type(vec_env).__name__}, {num_envs} envs x {num_steps} steps, {updates} minibatch steps "
+        f"of {minibatch}, torch {torch.__version__}, one thread; seconds per iteration (median of {args.rounds} rounds):"
+    )
+    for name, values in seconds.items():
+        per_step = f"   ({statistics.median(values) / updates * 1e3:.3f} ms per step)" if name.startswith("minibatch") else ""
+        print(f"  {name:36s} {statistics.median(values):.3f} s   rounds {[round(v, 3) for v in values]}{per_step}")
+
+
+if __name__ == "__main__":
+    main(tyro.cli(Args))
