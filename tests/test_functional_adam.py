@@ -6,7 +6,17 @@ import pytest
 import torch
 from torch import nn
 
-from cleanrl_style import Ensemble, FlatParameters, NormProjector, adam_hyperparameters, adam_state, adam_step_, mlp
+from cleanrl_style import (
+    Ensemble,
+    FlatParameters,
+    NormProjector,
+    adam_hyperparameters,
+    adam_state,
+    adam_step_,
+    adam_tensors,
+    every_tensor,
+    mlp,
+)
 from cleanrl_style.blocks.nap import project_spans_
 
 
@@ -37,14 +47,51 @@ def test_adam_step_follows_torch_adam_step_by_step(fused, kind):
 
 def test_adam_state_refuses_what_it_does_not_compute():
     p = torch.nn.Parameter(torch.zeros(3))
-    with pytest.raises(TypeError, match="torch.optim.Adam or AdamW"):
+    with pytest.raises(TypeError, match="^adam_state needs a torch.optim.Adam or AdamW, got SGD$"):
         adam_state(torch.optim.SGD([p], lr=0.1), p)
-    with pytest.raises(ValueError, match="weight_decay"):
+    with pytest.raises(
+        ValueError, match=r"^adam_state: Adam's weight_decay not supported; use optimizer.step\(\) \(eager\) instead$"
+    ):
         adam_state(torch.optim.Adam([p], weight_decay=0.1), p)
-    with pytest.raises(ValueError, match="exactly one parameter tensor"):
+    with pytest.raises(ValueError, match="^adam_state: amsgrad, maximize not supported"):
+        adam_state(torch.optim.Adam([p], amsgrad=True, maximize=True), p)
+    with pytest.raises(
+        ValueError, match=r"^adam_state: the optimizer must hold exactly one parameter tensor \(see FlatParameters\)$"
+    ):
         adam_state(torch.optim.Adam([p, torch.nn.Parameter(torch.zeros(2))]), p)
-    with pytest.raises(ValueError, match="not the tensor"):
+    with pytest.raises(ValueError, match="^adam_state: param is not the tensor this optimizer updates$"):
         adam_state(torch.optim.Adam([p]), torch.nn.Parameter(torch.zeros(3)))
+
+
+def test_adam_tensors_gathers_each_optimizers_own_state_and_every_tensor_lists_them_all():
+    a, b = torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(2))
+    opt_a, opt_b = torch.optim.Adam([a], betas=(0.7, 0.8), eps=1e-4), torch.optim.AdamW([b], weight_decay=0.3)
+    tensors, hyper = adam_tensors({"a": (a, opt_a), "b": (b, opt_b)})
+    assert tensors["a"] is a and tensors["b"] is b
+    assert tensors["a_adam"] == tuple(opt_a.state[a][k] for k in ("step", "exp_avg", "exp_avg_sq"))
+    assert tensors["b_adam"][1] is opt_b.state[b]["exp_avg"]
+    assert hyper == {"a": (0.7, 0.8, 1e-4, 0.0), "b": (0.9, 0.999, 1e-8, 0.3)}
+    listed = every_tensor({**tensors, "lr": torch.tensor(1.0)})
+    assert len(listed) == 9 and listed[0] is a and listed[-1].item() == 1.0
+
+
+def test_adam_with_decoupled_weight_decay_is_stepped_as_adamw():
+    """torch's Adam(decoupled_weight_decay=True) is AdamW without being an AdamW instance; plain
+    Adam's (coupled) decay is never taken for AdamW's."""
+    torch.manual_seed(0)
+    reference = torch.nn.Parameter(torch.randn(20))
+    ours = torch.nn.Parameter(reference.detach().clone())
+    ref_opt = torch.optim.AdamW([reference], lr=1e-2, weight_decay=0.5)
+    opt = torch.optim.Adam([ours], lr=1e-2, weight_decay=0.5, decoupled_weight_decay=True)
+    assert adam_hyperparameters(opt)[3] == 0.5
+    state = adam_state(opt, ours)
+    for _ in range(3):
+        grad = torch.randn(20)
+        reference.grad = grad.clone()
+        ref_opt.step()
+        adam_step_(ours, grad, state, 1e-2, adam_hyperparameters(opt))
+    torch.testing.assert_close(ours.detach(), reference.detach(), rtol=1e-5, atol=1e-6)
+    assert adam_hyperparameters(torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))], weight_decay=0.1))[3] == 0.0
 
 
 def test_project_spans_equals_the_projector_on_an_ensemble():
