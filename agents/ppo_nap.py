@@ -51,8 +51,9 @@ from cleanrl_style import (
 )
 
 HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
-# --compile auto compiles runs at least this long, which repay the compile (10-25 s): it saves
-# ~0.15 s per 2,048-step iteration (Humanoid, 2-core CPU), ~37 s by 500k steps, ~73 s by 1M.
+# --compile auto compiles runs at least this long: the whole step's compile (about 10 s) is repaid
+# at ~0.13 s saved per 2,048-step iteration (Humanoid, idle EPYC, benchmarks/ppo_profile.py) after
+# about 150k steps, and the margin leaves room for slower compiles and faster eager machines.
 COMPILE_FROM_STEPS = 500_000
 
 

@@ -14,13 +14,16 @@ agent's own classes and backend, one torch thread, in alternating rounds (``benc
   and the whole step compiled as one graph (``Learner.whole_step``, what ``--compile on`` runs).
 
 The figures are seconds per 2,048-step iteration (the minibatch step also in ms), medians over the
-rounds. Random minibatches: the cost of a step does not depend on the data.
+rounds, and the time of each variant's first step (the compile, where there is one; a warm
+inductor cache in the user's temp folder shortens it). Random minibatches: the cost of a step does
+not depend on the data.
 """
 
 from __future__ import annotations
 
 import statistics
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,8 +100,12 @@ def main(args: Args) -> None:
         "loss compiled": loss_compiled_step,
         "whole step compiled": lambda: whole.step(*batch),
     }
-    for step in steps.values():  # compile and warm up outside the clock
-        for _ in range(5):
+    first_call = {}
+    for name, step in steps.items():  # compile and warm up outside the clock
+        start = time.perf_counter()
+        step()
+        first_call[name] = time.perf_counter() - start
+        for _ in range(4):
             step()
     contenders = {"physics": physics, "policy step": policy_step}
     contenders |= {f"minibatch steps, {name}": (lambda s=s: [s() for _ in range(updates)]) for name, s in steps.items()}
@@ -110,6 +117,8 @@ def main(args: Args) -> None:
     for name, values in seconds.items():
         per_step = f"   ({statistics.median(values) / updates * 1e3:.3f} ms per step)" if name.startswith("minibatch") else ""
         print(f"  {name:36s} {statistics.median(values):.3f} s   rounds {[round(v, 3) for v in values]}{per_step}")
+    firsts = ", ".join(f"{name} {first:.1f} s" for name, first in first_call.items())
+    print(f"first minibatch step (the compile, where there is one): {firsts}")
 
 
 if __name__ == "__main__":
