@@ -99,7 +99,7 @@ from cleanrl_style.llm.train import (
     sample_groups,
     save_policy_checkpoint,
 )
-from envs.text.policies import GAP_CALL, MISTAKE_KINDS
+from envs.text.policies import MISTAKE_KINDS, NOISY_KINDS
 
 HIGH_REWARD, LOW_REWARD = "<|high_reward|>", "<|low_reward|>"
 REWARD_TOKEN_WORDS = {HIGH_REWARD: " success", LOW_REWARD: " failure"}
@@ -178,10 +178,10 @@ class Args(LLMRunArgs):
     def validate(self) -> None:
         check_range("p_high", self.p_high, 0, 1)  # a share of each group
         check_range("rctp_noisy_share", self.rctp_noisy_share, 0, 1)
-        allowed = (*MISTAKE_KINDS, GAP_CALL)
         require(
-            bool(self.rctp_noisy_kinds) and set(self.rctp_noisy_kinds) <= set(allowed),
-            f"--rctp-noisy-kinds takes one or more of {' '.join(allowed)}, got {' '.join(self.rctp_noisy_kinds) or 'none'}",
+            bool(self.rctp_noisy_kinds) and set(self.rctp_noisy_kinds) <= set(NOISY_KINDS),
+            f"--rctp-noisy-kinds takes one or more of {' '.join(NOISY_KINDS)}, "
+            f"got {' '.join(self.rctp_noisy_kinds) or 'none'}",
         )
         require(
             self.require_gold_calls,

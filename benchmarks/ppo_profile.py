@@ -13,7 +13,7 @@ agent's own classes and backend, one torch thread, in alternating rounds (``benc
   (``backward()``, fused Adam, projection), the loss and its backward compiled with the rest eager,
   and the whole step compiled as one graph (``Learner.whole_step``, what ``--compile on`` runs).
 
-The figures are seconds per 2,048-step iteration (the minibatch step also in ms), medians over the
+The figures are seconds per iteration (2,048 steps at the defaults) (the minibatch step also in ms), medians over the
 rounds, and the time of each variant's first step (the compile, where there is one; a warm
 inductor cache in the user's temp folder shortens it). Random minibatches: the cost of a step does
 not depend on the data.
@@ -54,7 +54,8 @@ def main(args: Args) -> None:
     torch.set_num_threads(1)
     ppo = import_agent("agents/ppo_nap.py")
     run_args = ppo.Args(env=args.env, backend=args.backend)
-    num_envs, num_steps, minibatch = run_args.num_envs, run_args.num_steps, 2048 // run_args.num_minibatches
+    run_args.validate()  # derives the batch and minibatch sizes, as Run does
+    num_envs, num_steps, minibatch = run_args.num_envs, run_args.num_steps, run_args.minibatch_size
     updates = run_args.num_minibatches * run_args.update_epochs
     vec_env = envs.make(args.env, num_envs, backend=args.backend, device=torch.device("cpu"), seed=1)
     agent = ppo.make_agent(run_args, vec_env)

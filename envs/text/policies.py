@@ -34,6 +34,8 @@ in the gap turn of a ``missing_function`` or ``missing_parameter`` task it calls
 (the follow-up turn's gold calls; for a missing parameter with one argument guessed wrong) instead
 of saying that no tool can do it or asking for the value, which the turn's empty-turn check fails."""
 GAP_KINDS = ("missing_function", "missing_parameter")
+NOISY_KINDS = (*MISTAKE_KINDS, GAP_CALL)
+"""Every kind ``NoisyPolicy`` accepts."""
 _TOOL_SUITE = {tool: name for name, cls in SUITES.items() for tool in cls.tool_names()}
 
 
@@ -117,9 +119,8 @@ class NoisyPolicy(ExpertPolicy):
         self, mistake_prob: float = 0.5, kinds: Iterable[str] = MISTAKE_KINDS, seed: int = 0, every_turn: bool = False
     ) -> None:
         self.kinds = tuple(kinds)
-        allowed = (*MISTAKE_KINDS, GAP_CALL)
-        if not self.kinds or set(self.kinds) - set(allowed):
-            raise ValueError(f"kinds must be a non-empty subset of {allowed}, got {self.kinds}")
+        if not self.kinds or set(self.kinds) - set(NOISY_KINDS):
+            raise ValueError(f"kinds must be a non-empty subset of {NOISY_KINDS}, got {self.kinds}")
         if not 0.0 <= mistake_prob <= 1.0:
             raise ValueError(f"mistake_prob must be in [0, 1], got {mistake_prob}")
         self.mistake_prob = mistake_prob
