@@ -21,7 +21,8 @@ from llm_tiny_model import bf16_attention_error, build_tiny_model, build_tokeniz
 
 from cleanrl_style.llm.generation import Sampling  # noqa: E402
 from cleanrl_style.llm.model import add_special_tokens  # noqa: E402
-from cleanrl_style.llm.rollout import EpisodeLimits, RolloutSettings, collect_rollouts, encode  # noqa: E402
+from cleanrl_style.llm.rollout import EpisodeLimits, Rollout, RolloutSettings, collect_rollouts, encode  # noqa: E402
+from cleanrl_style.llm.rollout import Turn as RolloutTurn  # noqa: E402
 from cleanrl_style.llm.tokens import batched_logprobs  # noqa: E402
 from cleanrl_style.llm.train import group_reward_statistics  # noqa: E402
 from envs.text import ToolCall, format_calls  # noqa: E402
@@ -629,6 +630,74 @@ def test_turn_scores_do_not_depend_on_the_order_of_the_horizons(tokenizer, multi
         torch.testing.assert_close(b[:, 0], a[:, 0])  # d = 1
         for row_a, row_b in zip(a, b):  # every distinct block scored once, whichever horizon names it first
             torch.testing.assert_close(row_b[~row_b.isnan()].sort().values, row_a[~row_a.isnan()].sort().values)
+
+
+def test_turn_scores_read_each_distinct_block_once_and_skip_turns_without_tokens(tokenizer, multi_turn_rollouts, monkeypatch):
+    """The teacher reads one sequence per (rollout, turn, hindsight block) of a turn that has tokens: a
+    horizon past the last turn repeats a shorter one's block and is not read again, and a turn without
+    tokens (a message cut before its first token) is neither read nor scored."""
+    import copy
+
+    policy, rollouts = multi_turn_rollouts
+    rollouts = copy.deepcopy(rollouts[:3])
+    emptied = rollouts[0].turns[1]
+    emptied.end = emptied.start  # the middle turn of a 3-turn episode, left without tokens
+    student = batched_logprobs(
+        policy, [r.tokens for r in rollouts], [r.policy_mask for r in rollouts], tokenizer.pad_token_id, 8
+    )
+    read = []
+
+    def counting_logprobs(model, sequences, masks, *a, **kw):
+        read.append(len(sequences))
+        return batched_logprobs(model, sequences, masks, *a, **kw)
+
+    monkeypatch.setattr(turnsight, "batched_logprobs", counting_logprobs)
+    args = turnsight.Args(horizons=(1, 2, 5, 6), teacher="policy")
+    scores = turnsight.turn_scores(policy, None, tokenizer, rollouts, student, args)
+    blocks = {
+        (i, k, min(k + d, len(r.turns)))
+        for i, r in enumerate(rollouts)
+        for k, turn in enumerate(r.turns)
+        if turn.end > turn.start
+        for d in args.horizons
+    }
+    assert read == [len(blocks)]
+    assert scores[0][1].eq(0).all()  # the empty turn: no score, no NaN
+    assert not scores[0][0].isnan().all() and not scores[0][2].isnan().all()
+
+
+def test_the_horizon_statistic_leaves_out_turns_without_a_majority(tokenizer, monkeypatch):
+    """``turnsight/horizon_mean`` averages the chosen horizons of the turns whose votes have a majority;
+    a turn whose votes split evenly (index -1) has no chosen horizon and does not count."""
+    nan = float("nan")
+    crafted = {
+        0: torch.tensor([[0.4, 0.1, nan], [-0.2, 0.3, nan]]),  # d=1 chosen; the second turn splits: none
+        1: torch.tensor([[-0.1, -0.2, -0.5], [0.2, nan, nan]]),  # d=6 chosen (the largest -), then d=1
+    }
+    rollouts = [
+        Rollout(
+            group=0,
+            task_id=0,
+            first_user_suffix="",
+            tokens=list(range(6)),
+            policy_mask=[False, True, True, False, True, True],
+            turns=[RolloutTurn(1, 3, "", [], 0, []), RolloutTurn(4, 6, "", [], 1, [])],
+        ),
+        Rollout(
+            group=0,
+            task_id=0,
+            first_user_suffix="",
+            tokens=list(range(6)),
+            policy_mask=[False, True, True, False, True, True],
+            turns=[RolloutTurn(1, 3, "", [], 0, []), RolloutTurn(4, 6, "", [], 1, [])],
+        ),
+    ]
+    monkeypatch.setattr(turnsight, "batched_logprobs", lambda *a, **kw: [torch.zeros(6), torch.zeros(6)])
+    monkeypatch.setattr(turnsight, "turn_scores", lambda *a, **kw: [crafted[0], crafted[1]])
+    args = turnsight.Args(horizons=(1, 2, 6))
+    _, stats = turnsight.turnsight_advantages(None, None, tokenizer, rollouts, torch.tensor([1.0, -1.0]), 1, args)
+    assert stats["turnsight/horizon_mean"] == pytest.approx((1 + 6 + 1) / 3)
+    assert stats["turnsight/modulated_turns"] == 4
 
 
 def test_the_teachers_pass_runs_at_the_runs_precision(tokenizer, multi_turn_rollouts):
