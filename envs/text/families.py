@@ -5,6 +5,9 @@
     tools:bank,travel       two groups: bank tasks and travel tasks, alternating by task id
     tools:all               the nine default groups (each suite alone and four pairs)
     python-math             numeric problems solved with a sandboxed python tool (PythonReasoningEnv)
+    python-math-siblings    the same with 14 kinds: each of the 7 beside a sibling (kind 7 + k: the
+                            question next to kind k's, one edit of its program), for holding out
+                            kinds a model can reach from the kinds it trained on
 
     family = make_task_family("tools:bank", num_tasks=1000, variants=("base",))
     vec = family.vector_env(8)                                   # a TextVectorEnv of the family's env
@@ -29,7 +32,8 @@ from envs.text.vector import TextVectorEnv
 
 TOOLS_PREFIX = "tools:"
 PYTHON_MATH = "python-math"
-EXAMPLES = ("tools:bank", "tools:bank+travel", "tools:bank,travel", "tools:all", PYTHON_MATH)
+PYTHON_MATH_SIBLINGS = "python-math-siblings"
+EXAMPLES = ("tools:bank", "tools:bank+travel", "tools:bank,travel", "tools:all", PYTHON_MATH, PYTHON_MATH_SIBLINGS)
 
 
 @dataclass
@@ -111,27 +115,29 @@ def make_task_family(
         require_gold_calls: Tool suites: a turn passes only if every gold call was made with its
             arguments (RC-GRPO's success), besides the state and response checks.
         sandbox_limits: python-math: the ``SandboxLimits`` of the python tool (default limits if None).
-        test_kinds: python-math: problem kinds (``envs.text.tir_env.PROBLEM_KINDS`` indices) held
-            out whole as the test split, so evaluation asks for kinds training never saw; empty:
-            the hashed ~20% split of every kind.
+        test_kinds: python-math: problem kinds (``envs.text.tir_env.ALL_KINDS`` indices, 0-6, or 0-13
+            for python-math-siblings) held out whole as the test split, so evaluation asks for kinds
+            training never saw; empty: the hashed ~20% split of every kind.
 
     Raises:
         ValueError: an unknown name, with the forms that exist and the closest match.
     """
-    if test_kinds and name != PYTHON_MATH:
+    if test_kinds and name not in (PYTHON_MATH, PYTHON_MATH_SIBLINGS):
         raise ValueError(f"test kinds (whole problem kinds held out) exist for {PYTHON_MATH} only, not {name!r}")
-    if name == PYTHON_MATH:
-        from envs.text.tir_env import PROBLEM_KINDS, ProblemSet, PythonReasoningEnv, problem_kind
+    if name in (PYTHON_MATH, PYTHON_MATH_SIBLINGS):
+        from envs.text.tir_env import ALL_KINDS, ProblemSet, PythonReasoningEnv, problem_kind
 
-        problems = ProblemSet(num_problems=num_tasks, seed=task_seed, split=None)
+        siblings = name == PYTHON_MATH_SIBLINGS
+        kinds = ALL_KINDS if siblings else ALL_KINDS[:7]
+        problems = ProblemSet(num_problems=num_tasks, seed=task_seed, split=None, siblings=siblings)
         ids = list(problems.problem_ids)
         held_out = set(test_kinds)
-        if not held_out <= set(range(len(PROBLEM_KINDS))) or len(held_out) == len(PROBLEM_KINDS):
+        if not held_out <= set(range(len(kinds))) or len(held_out) == len(kinds):
             raise ValueError(
-                f"test kinds {sorted(held_out)}: give some but not all of 0-{len(PROBLEM_KINDS) - 1} "
-                f"({', '.join(f'{k} {kind}' for k, kind in enumerate(PROBLEM_KINDS))})"
+                f"test kinds {sorted(held_out)}: give some but not all of 0-{len(kinds) - 1} "
+                f"({', '.join(f'{k} {kind}' for k, kind in enumerate(kinds))})"
             )
-        is_test = (lambda i: problem_kind(i) in held_out) if held_out else (lambda i: split_of(i) == "test")
+        is_test = (lambda i: problem_kind(i, siblings) in held_out) if held_out else (lambda i: split_of(i) == "test")
         return TaskFamily(
             name=name,
             kind=PYTHON_MATH,
@@ -160,5 +166,5 @@ def make_task_family(
     raise ValueError(
         f"unknown text task family {name!r}.{hint} Names: tools:<suites> (a suite, suites joined by '+' for "
         f"tasks that use them together, groups separated by ','; suites: {', '.join(SUITES)}; or tools:all) "
-        f"and {PYTHON_MATH}; e.g. {', '.join(EXAMPLES)}"
+        f"and {PYTHON_MATH} or {PYTHON_MATH_SIBLINGS}; e.g. {', '.join(EXAMPLES)}"
     )

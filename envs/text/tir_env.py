@@ -77,16 +77,35 @@ PROBLEM_KINDS = (
 )
 """the kind of problem ``i`` is ``PROBLEM_KINDS[i % 7]``"""
 
+SIBLING_KINDS = (
+    "prime count",
+    "divisor sum",
+    "Lucas modulo m",
+    "digit count of a power",
+    "multiples of a and b",
+    "simple interest",
+    "permutations",
+)
+"""With ``siblings=True`` a problem set has 14 kinds: kind ``7 + k`` asks the question next to kind
+``k`` (the same inputs, a changed word or two), and its reference program is kind ``k``'s with one
+edit. Held out whole, a sibling kind is new to a model trained on kind ``k``, yet within reach of
+one that reads the question."""
 
-def problem_kind(problem_id: int) -> int:
-    return problem_id % len(PROBLEM_KINDS)
+ALL_KINDS = PROBLEM_KINDS + SIBLING_KINDS
 
 
-def _problem(problem_id: int, seed: int) -> Problem:
-    """One problem, a pure function of (problem_id, seed); the answer is computed by running the
-    same reference code in this process (trusted, short)."""
+def problem_kind(problem_id: int, siblings: bool = False) -> int:
+    """The kind (index into ``ALL_KINDS``) of problem ``problem_id``: ``id % 7``, or ``id % 14`` with siblings."""
+    return problem_id % (len(ALL_KINDS) if siblings else len(PROBLEM_KINDS))
+
+
+def _problem(problem_id: int, seed: int, siblings: bool = False) -> Problem:
+    """One problem, a pure function of (problem_id, seed, siblings); the answer is computed by running
+    the same reference code in this process (trusted, short)."""
     rng = random.Random(f"tir/{seed}/{problem_id}")
-    kind = problem_kind(problem_id)
+    kind = problem_kind(problem_id, siblings)
+    if kind >= len(PROBLEM_KINDS):
+        return _sibling_problem(problem_id, rng, kind - len(PROBLEM_KINDS))
     if kind == 0:
         n = rng.randint(1000, 20000)
         question = f"What is the sum of all prime numbers below {n}?"
@@ -122,19 +141,66 @@ def _problem(problem_id: int, seed: int) -> Problem:
         n, k = rng.randint(20, 60), rng.randint(3, 10)
         question = f"In how many ways can {k} items be chosen from {n} distinct items, if order does not matter?"
         code = f"import math\nprint(math.comb({n}, {k}))"
-    namespace: dict[str, Any] = {}
+    return _checked_problem(problem_id, question, code)
+
+
+def _sibling_problem(problem_id: int, rng: random.Random, k: int) -> Problem:
+    """The sibling of kind ``k``: its inputs drawn from the same ranges, one word of the question and
+    one edit of the program changed."""
+    if k == 0:
+        n = rng.randint(1000, 20000)
+        question = f"How many prime numbers are there below {n}?"
+        code = (
+            f"n = {n}\nsieve = [True] * n\nsieve[0:2] = [False, False]\n"
+            "for i in range(2, int(n ** 0.5) + 1):\n    if sieve[i]:\n        sieve[i*i::i] = [False] * len(sieve[i*i::i])\n"
+            "print(sum(1 for i in range(n) if sieve[i]))"
+        )
+    elif k == 1:
+        n = rng.randint(10_000, 2_000_000)
+        question = f"What is the sum of all positive divisors of {n}?"
+        code = f"n = {n}\nprint(sum(d for d in range(1, n + 1) if n % d == 0))"
+    elif k == 2:
+        j, m = rng.randint(100, 5000), rng.choice([997, 1009, 10007, 65537])
+        question = f"With L(1) = 1, L(2) = 3 and L(n) = L(n-1) + L(n-2), what is L({j}) modulo {m}?"
+        code = f"a, b = 1, 3\nfor _ in range({j} - 2):\n    a, b = b, (a + b) % {m}\nprint(b % {m})"
+    elif k == 3:
+        a, b = rng.randint(2, 9), rng.randint(50, 400)
+        question = f"How many decimal digits does {a}^{b} have?"
+        code = f"print(len(str({a} ** {b})))"
+    elif k == 4:
+        n, a, b = rng.randint(1000, 10**6), rng.randint(3, 20), rng.randint(3, 20)
+        question = f"How many integers from 1 to {n} inclusive are divisible by both {a} and {b}?"
+        code = f"print(sum(1 for i in range(1, {n} + 1) if i % {a} == 0 and i % {b} == 0))"
+    elif k == 5:
+        p, r, y = rng.randint(1000, 50000), rng.choice([1.5, 2.5, 3.0, 4.25, 5.0, 7.5]), rng.randint(3, 30)
+        question = (
+            f"{p} dollars are invested at {r}% per year, simple interest. "
+            f"What are they worth after {y} years, rounded to cents?"
+        )
+        code = f"print(round({p} * (1 + {r} / 100 * {y}), 2))"
+    else:
+        n, j = rng.randint(20, 60), rng.randint(3, 10)
+        question = f"In how many ways can {j} of {n} distinct items be lined up in order?"
+        code = f"import math\nprint(math.perm({n}, {j}))"
+    return _checked_problem(problem_id, question, code)
+
+
+def _checked_problem(problem_id: int, question: str, code: str) -> Problem:
+    """The problem with the answer its reference program prints, run here (our own short code)."""
     printed: list[str] = []
-    exec(code.replace("print(", "_print("), {"_print": lambda v: printed.append(str(v)), **namespace})  # noqa: S102  (our own code)
+    exec(code.replace("print(", "_print("), {"_print": lambda v: printed.append(str(v))})  # noqa: S102  (our own code)
     return Problem(problem_id=problem_id, question=question, answer=float(printed[-1]), solution_code=code)
 
 
 class ProblemSet:
-    """Problems ``0 .. num_problems-1`` for a seed, optionally one split only."""
+    """Problems ``0 .. num_problems-1`` for a seed, optionally one split only; ``siblings``: the 14
+    kinds of ``ALL_KINDS`` instead of the 7 of ``PROBLEM_KINDS``."""
 
-    def __init__(self, num_problems: int = 700, seed: int = 0, split: str | None = None) -> None:
+    def __init__(self, num_problems: int = 700, seed: int = 0, split: str | None = None, siblings: bool = False) -> None:
         if split not in (None, "train", "test"):
             raise ValueError(f"split must be 'train', 'test' or None, got {split!r}")
         self.seed = seed
+        self.siblings = siblings
         self.problem_ids = [i for i in range(num_problems) if split is None or split_of(i) == split]
         if not self.problem_ids:
             raise ValueError("no problems in this split")
@@ -145,7 +211,7 @@ class ProblemSet:
 
     def get(self, problem_id: int) -> Problem:
         if problem_id not in self._cache:
-            self._cache[problem_id] = _problem(problem_id, self.seed)
+            self._cache[problem_id] = _problem(problem_id, self.seed, self.siblings)
         return self._cache[problem_id]
 
     def __iter__(self):

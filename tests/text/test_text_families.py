@@ -1,12 +1,16 @@
-"""Task families' splits: the hashed split, and python-math with whole problem kinds held out."""
+"""Task families' splits: the hashed split, and python-math with whole problem kinds held out; the
+sibling kinds of python-math-siblings."""
 
 from __future__ import annotations
+
+import math
+import re
 
 import pytest
 
 from envs.text.families import make_task_family
 from envs.text.tasks import split_of
-from envs.text.tir_env import PROBLEM_KINDS, problem_kind
+from envs.text.tir_env import ALL_KINDS, PROBLEM_KINDS, problem_kind
 
 
 def test_the_default_split_is_the_hash_of_each_id_and_covers_every_id():
@@ -35,3 +39,59 @@ def test_held_out_kinds_must_be_some_but_not_all_of_the_kinds(kinds):
 def test_held_out_kinds_are_refused_for_the_tool_suites():
     with pytest.raises(ValueError, match="exist for python-math only"):
         make_task_family("tools:bank", num_tasks=20, test_kinds=(1,))
+
+
+def test_python_math_siblings_keeps_the_seven_kinds_and_adds_one_beside_each():
+    """python-math-siblings has 14 kinds; a problem of one of the first 7 is python-math's own
+    problem of that id (same question and answer), and kind 7 + k is asked next to kind k."""
+    plain = make_task_family("python-math", num_tasks=56).make_env().problems
+    siblings_family = make_task_family("python-math-siblings", num_tasks=56, test_kinds=(7, 10))
+    problems = siblings_family.make_env().problems
+    assert {problem_kind(i, siblings=True) for i in siblings_family.test_ids} == {7, 10}
+    assert len(siblings_family.test_ids) == 8 and len(ALL_KINDS) == 14
+    for i in range(56):
+        if i % 14 < 7:
+            assert problems.get(i) == plain.get(i)
+        else:
+            assert problems.get(i).question != plain.get(i).question
+
+
+def hand_answer(kind: int, question: str) -> float:
+    """Each sibling kind's answer from the numbers in its question, computed another way."""
+    numbers = [float(x) for x in re.findall(r"\d+(?:\.\d+)?", question)]
+    if kind == 7:  # primes below n, by trial division
+        n = int(numbers[0])
+        return sum(1 for m in range(2, n) if all(m % d for d in range(2, math.isqrt(m) + 1)))
+    if kind == 8:  # the sum of n's divisors, from its divisor pairs
+        n = int(numbers[0])
+        return sum(d + (n // d if d * d != n else 0) for d in range(1, math.isqrt(n) + 1) if n % d == 0)
+    if kind == 9:  # L(1) = 1, L(2) = 3; numbers: 1, 1, 2, 3, (n-1, n-2,) j, m
+        j, m = int(numbers[-2]), int(numbers[-1])
+        a, b = 2, 1  # L(0) = 2, L(1) = 1: the Lucas numbers
+        for _ in range(j):
+            a, b = b, a + b
+        return a % m
+    if kind == 10:
+        a, b = int(numbers[0]), int(numbers[1])
+        return math.floor(b * math.log10(a)) + 1
+    if kind == 11:
+        n, a, b = (int(x) for x in numbers[1:4])  # "from 1 to n ... by both a and b"
+        return n // math.lcm(a, b)
+    if kind == 12:
+        p, r, y = numbers[0], numbers[1], numbers[2]
+        return round(p + p * r * y / 100, 2)
+    n_items, j = int(numbers[1]), int(numbers[0])
+    return math.factorial(n_items) // math.factorial(n_items - j)
+
+
+@pytest.mark.parametrize("kind", range(7, 14))
+def test_each_sibling_kinds_answer_equals_a_hand_computation(kind):
+    problems = make_task_family("python-math-siblings", num_tasks=70).make_env().problems
+    for problem_id in (kind, kind + 14, kind + 28):
+        problem = problems.get(problem_id)
+        assert problem.answer == pytest.approx(hand_answer(kind, problem.question), rel=1e-9), problem.question
+
+
+def test_held_out_sibling_kinds_must_be_some_but_not_all_of_the_fourteen():
+    with pytest.raises(ValueError, match="give some but not all of 0-13.*13 permutations"):
+        make_task_family("python-math-siblings", num_tasks=70, test_kinds=(14,))

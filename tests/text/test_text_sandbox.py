@@ -92,6 +92,18 @@ def test_the_expert_fixes_a_crashing_first_call_in_its_second_message(env):
         assert "NameError" in tools[0] and "pritn" in tools[0] and float(tools[1].strip()) == problem.answer
 
 
+def test_the_expert_solves_each_sibling_kind_through_the_sandbox_after_a_crash():
+    """The seven sibling kinds of python-math-siblings (ids 7-13): their reference programs run in the
+    sandbox within its limits, and the crash-and-fix trace ends with the right answer."""
+    siblings = PythonReasoningEnv(ProblemSet(14, seed=0, siblings=True), limits=LIMITS)
+    for problem_id in range(7, 14):
+        problem = siblings.problems.get(problem_id)
+        observation, reward, info = run_expert(siblings, problem, PythonReasoningExpert(crash_first=1.0))
+        tools = [m["content"] for m in observation if m["role"] == "tool"]
+        assert reward == 1.0 and info["errors"] == {"tool_error": 1}, problem.question
+        assert float(tools[1].strip()) == problem.answer
+
+
 def test_the_expert_with_a_silent_mistake_boxes_a_wrong_number_and_fails(env):
     for problem in list(env.problems)[:7]:
         observation, reward, info = run_expert(env, problem, PythonReasoningExpert(silent_mistake=1.0))
