@@ -474,13 +474,17 @@ def test_wilson_interval_against_a_hand_computation():
 
 def test_zero_variance_groups_and_paired_held_out_success(tmp_path):
     root = tmp_path / "runs"
-    outcomes = {"grpo": [1, 0, 0, 1], "rc": [1, 1, 0, 1]}  # per task 10..13, both seeds alike
+    # per task 10..13, both seeds alike; "other" ran on other task variants, so its task 10 is another task
+    outcomes = {"grpo": [1, 0, 0, 1], "rc": [1, 1, 0, 1], "other": [0, 0, 0, 0]}
     for label, per_task in outcomes.items():
         for seed in (1, 2):
             rows = [(1, 1.0, "charts/zero_variance_fraction", 0.5 if label == "grpo" else 0.25)]
             rows += [(2, 2.0, "charts/zero_variance_fraction", 0.75 if label == "grpo" else 0.0)]
             rows += [(2, 3.0, "charts/test_success_rate", sum(per_task) / 4)]
-            run = write_run(root / f"{label}_{seed}", {"env": "tools:bank", "seed": seed, "groups_per_step": 4}, rows)
+            args = {"env": "tools:bank", "seed": seed, "groups_per_step": 4, "variants": ["base", "missing_parameter"]}
+            if label == "other":
+                args["variants"] = ["base"]
+            run = write_run(root / f"{label}_{seed}", args, rows)
             (run / "sweep.json").write_text(json.dumps({"label": label}))
             lines = ["step,suffix,task_id,reward,turns,cut", *(f"2,,{10 + t},{float(r)},3,0" for t, r in enumerate(per_task))]
             (run / "held_out.csv").write_text("\n".join(lines) + "\n")
@@ -491,7 +495,7 @@ def test_zero_variance_groups_and_paired_held_out_success(tmp_path):
     assert rows["grpo"]["zero-variance by seed"] == "s1: 5/8, s2: 5/8"
     with open(tmp_path / "plots" / "llm_paired.csv", newline="") as f:
         (pair,) = list(csv.DictReader(f))
-    assert (pair["a"], pair["b"], pair["tasks"]) == ("grpo", "rc", "4")
+    assert (pair["a"], pair["b"], pair["tasks"]) == ("grpo", "rc", "4")  # "other" is paired with neither
     assert float(pair["a - b"]) == pytest.approx(-0.25) and (pair["tasks a > b"], pair["tasks a < b"]) == ("0", "1")
 
 

@@ -158,22 +158,33 @@ def held_out_outcomes(group: list[RunData]) -> dict[str, dict[int, float]]:
     return {suffix: {t: float(np.mean(v)) for t, v in tasks.items()} for suffix, tasks in per_suffix.items()}
 
 
+TASK_ARGS = ("num_tasks", "task_seed", "variants", "test_kinds")
+"""The flags that decide which task a held-out task id is (``cleanrl_style.llm.args``)."""
+
+
+def task_args(run: RunData) -> tuple:
+    """The run's ``TASK_ARGS`` values (lists as tuples; an absent flag as None)."""
+    return tuple(tuple(v) if isinstance(v, list) else v for v in (run.args.get(k) for k in TASK_ARGS))
+
+
 def paired_held_out_rows(runs: list[RunData], n_boot: int = 2000, seed: int = 0) -> list[dict]:
     """Each pair of lines of one env evaluated on the same held-out tasks: the difference of their
     success, task by task (each task's success averaged over seeds), with a 95% percentile
-    bootstrap over tasks, and the tasks each line alone solved more often."""
+    bootstrap over tasks, and the tasks each line alone solved more often. The same tasks: the same
+    task ids under the same task flags (``TASK_ARGS``); a task id names another task under other
+    variants or held-out kinds, so such lines are not paired."""
     rows = []
     for env in sorted({r.env for r in runs}):
         lines = {}
         for (label, line_env), group in by_label_and_env(runs).items():
             if line_env == env:
                 for suffix, tasks in held_out_outcomes(group).items():
-                    lines[f"{label} ({suffix})" if suffix else label] = (tasks, len(group))
+                    lines[f"{label} ({suffix})" if suffix else label] = (tasks, len(group), task_args(group[0]))
         names = sorted(lines)
         for i, a in enumerate(names):
             for b in names[i + 1 :]:
-                (ta, na), (tb, nb) = lines[a], lines[b]
-                if set(ta) != set(tb):
+                (ta, na, args_a), (tb, nb, args_b) = lines[a], lines[b]
+                if set(ta) != set(tb) or args_a != args_b:
                     continue
                 task_ids = sorted(ta)
                 diff = np.array([ta[t] - tb[t] for t in task_ids])
