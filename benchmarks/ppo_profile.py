@@ -6,7 +6,9 @@
 Each part of one iteration of ``agents/ppo_nap.py`` at its defaults is timed on its own, with the
 agent's own classes and backend, one torch thread, in alternating rounds (``benchmarks/timing.py``):
 
-- **physics**: 256 vector steps of the environment (zero actions);
+- **physics**: 256 vector steps of the environment, under zero actions and under the actions the
+  untrained policy samples (recorded over one rollout, replayed open loop): the backend's Python
+  (task, rewards, resets) included;
 - **policy step**: 256 times the rollout's policy forward (action, log-probability, value) with the
   observation and reward normalization;
 - **minibatch steps**, the update's 320 optimizer steps on minibatches of 64, three ways: eager
@@ -68,6 +70,19 @@ def main(args: Args) -> None:
         for _ in range(num_steps):
             vec_env.step(zeros)
 
+    # The actions an untrained policy samples (Gaussian, unit scale), recorded over one rollout and
+    # replayed open loop: the bodies flail and fall as in early training, unlike under zero torques.
+    with torch.no_grad():
+        sampled, obs = [], raw
+        for _ in range(num_steps):
+            action = agent.get_action_and_value(agent.obs_norm(obs))[0]
+            sampled.append(action)
+            obs = vec_env.step(action)[0]
+
+    def physics_sampled() -> None:
+        for action in sampled:
+            vec_env.step(action)
+
     def policy_step() -> None:
         for _ in range(num_steps):
             agent.obs_norm.update(raw)
@@ -108,7 +123,7 @@ def main(args: Args) -> None:
         first_call[name] = time.perf_counter() - start
         for _ in range(4):
             step()
-    contenders = {"physics": physics, "policy step": policy_step}
+    contenders = {"physics, zero actions": physics, "physics, sampled actions": physics_sampled, "policy step": policy_step}
     contenders |= {f"minibatch steps, {name}": (lambda s=s: [s() for _ in range(updates)]) for name, s in steps.items()}
     seconds = alternating_rounds(contenders, args.rounds, seconds_per_round=0.0, min_calls=1)
     print(
