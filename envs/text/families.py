@@ -123,7 +123,9 @@ def make_task_family(
         ValueError: an unknown name, with the forms that exist and the closest match.
     """
     if test_kinds and name not in (PYTHON_MATH, PYTHON_MATH_SIBLINGS):
-        raise ValueError(f"test kinds (whole problem kinds held out) exist for {PYTHON_MATH} only, not {name!r}")
+        raise ValueError(
+            f"test kinds (whole problem kinds held out) exist for {PYTHON_MATH} and {PYTHON_MATH_SIBLINGS} only, not {name!r}"
+        )
     if name in (PYTHON_MATH, PYTHON_MATH_SIBLINGS):
         from envs.text.tir_env import ALL_KINDS, ProblemSet, PythonReasoningEnv, problem_kind
 

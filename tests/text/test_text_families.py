@@ -37,7 +37,7 @@ def test_held_out_kinds_must_be_some_but_not_all_of_the_kinds(kinds):
 
 
 def test_held_out_kinds_are_refused_for_the_tool_suites():
-    with pytest.raises(ValueError, match="exist for python-math only"):
+    with pytest.raises(ValueError, match="exist for python-math and python-math-siblings only"):
         make_task_family("tools:bank", num_tasks=20, test_kinds=(1,))
 
 
