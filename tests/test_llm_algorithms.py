@@ -674,7 +674,7 @@ def test_the_horizon_statistic_leaves_out_turns_without_a_majority(tokenizer, mo
         0: torch.tensor([[0.4, 0.1, nan], [-0.2, 0.3, nan]]),  # d=1 chosen; the second turn splits: none
         1: torch.tensor([[-0.1, -0.2, -0.5], [0.2, nan, nan]]),  # d=6 chosen (the largest -), then d=1
     }
-    rollouts = [
+    rollouts = [  # two turns each, of tokens 1-2 and 4-5
         Rollout(
             group=0,
             task_id=0,
@@ -682,15 +682,8 @@ def test_the_horizon_statistic_leaves_out_turns_without_a_majority(tokenizer, mo
             tokens=list(range(6)),
             policy_mask=[False, True, True, False, True, True],
             turns=[RolloutTurn(1, 3, "", [], 0, []), RolloutTurn(4, 6, "", [], 1, [])],
-        ),
-        Rollout(
-            group=0,
-            task_id=0,
-            first_user_suffix="",
-            tokens=list(range(6)),
-            policy_mask=[False, True, True, False, True, True],
-            turns=[RolloutTurn(1, 3, "", [], 0, []), RolloutTurn(4, 6, "", [], 1, [])],
-        ),
+        )
+        for _ in range(2)
     ]
     monkeypatch.setattr(turnsight, "batched_logprobs", lambda *a, **kw: [torch.zeros(6), torch.zeros(6)])
     monkeypatch.setattr(turnsight, "turn_scores", lambda *a, **kw: [crafted[0], crafted[1]])
