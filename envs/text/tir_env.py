@@ -101,87 +101,62 @@ def problem_kind(problem_id: int, siblings: bool = False) -> int:
 
 def _problem(problem_id: int, seed: int, siblings: bool = False) -> Problem:
     """One problem, a pure function of (problem_id, seed, siblings); the answer is computed by running
-    the same reference code in this process (trusted, short)."""
+    the same reference code in this process (trusted, short). A sibling kind (7 + k) draws kind k's
+    inputs from the same ranges and changes a word of its question and one edit of its program."""
     rng = random.Random(f"tir/{seed}/{problem_id}")
     kind = problem_kind(problem_id, siblings)
-    if kind >= len(PROBLEM_KINDS):
-        return _sibling_problem(problem_id, rng, kind - len(PROBLEM_KINDS))
-    if kind == 0:
-        n = rng.randint(1000, 20000)
-        question = f"What is the sum of all prime numbers below {n}?"
-        code = (
-            f"n = {n}\nsieve = [True] * n\nsieve[0:2] = [False, False]\n"
-            "for i in range(2, int(n ** 0.5) + 1):\n    if sieve[i]:\n        sieve[i*i::i] = [False] * len(sieve[i*i::i])\n"
-            "print(sum(i for i in range(n) if sieve[i]))"
-        )
-    elif kind == 1:
-        n = rng.randint(10_000, 2_000_000)
-        question = f"How many positive divisors does {n} have?"
-        code = f"n = {n}\nprint(sum(1 for d in range(1, n + 1) if n % d == 0))"
-    elif kind == 2:
-        k, m = rng.randint(100, 5000), rng.choice([997, 1009, 10007, 65537])
-        question = f"With F(1) = F(2) = 1 and F(n) = F(n-1) + F(n-2), what is F({k}) modulo {m}?"
-        code = f"a, b = 1, 1\nfor _ in range({k} - 2):\n    a, b = b, (a + b) % {m}\nprint(b % {m})"
-    elif kind == 3:
-        a, b = rng.randint(2, 9), rng.randint(50, 400)
-        question = f"What is the sum of the decimal digits of {a}^{b}?"
-        code = f"print(sum(int(c) for c in str({a} ** {b})))"
-    elif kind == 4:
-        n, a, b = rng.randint(1000, 10**6), rng.randint(3, 20), rng.randint(3, 20)
-        question = f"How many integers from 1 to {n} inclusive are divisible by {a} or by {b}?"
-        code = f"print(sum(1 for i in range(1, {n} + 1) if i % {a} == 0 or i % {b} == 0))"
-    elif kind == 5:
-        p, r, y = rng.randint(1000, 50000), rng.choice([1.5, 2.5, 3.0, 4.25, 5.0, 7.5]), rng.randint(3, 30)
-        question = (
-            f"{p} dollars are invested at {r}% per year, compounded annually. "
-            f"What are they worth after {y} years, rounded to cents?"
-        )
-        code = f"print(round({p} * (1 + {r} / 100) ** {y}, 2))"
-    else:
-        n, k = rng.randint(20, 60), rng.randint(3, 10)
-        question = f"In how many ways can {k} items be chosen from {n} distinct items, if order does not matter?"
-        code = f"import math\nprint(math.comb({n}, {k}))"
-    return _checked_problem(problem_id, question, code)
-
-
-def _sibling_problem(problem_id: int, rng: random.Random, k: int) -> Problem:
-    """The sibling of kind ``k``: its inputs drawn from the same ranges, one word of the question and
-    one edit of the program changed."""
+    sibling, k = kind >= len(PROBLEM_KINDS), kind % len(PROBLEM_KINDS)
     if k == 0:
         n = rng.randint(1000, 20000)
-        question = f"How many prime numbers are there below {n}?"
+        question = (
+            f"How many prime numbers are there below {n}?" if sibling else f"What is the sum of all prime numbers below {n}?"
+        )
         code = (
             f"n = {n}\nsieve = [True] * n\nsieve[0:2] = [False, False]\n"
             "for i in range(2, int(n ** 0.5) + 1):\n    if sieve[i]:\n        sieve[i*i::i] = [False] * len(sieve[i*i::i])\n"
-            "print(sum(1 for i in range(n) if sieve[i]))"
+            f"print(sum({'1' if sibling else 'i'} for i in range(n) if sieve[i]))"
         )
     elif k == 1:
         n = rng.randint(10_000, 2_000_000)
-        question = f"What is the sum of all positive divisors of {n}?"
-        code = f"n = {n}\nprint(sum(d for d in range(1, n + 1) if n % d == 0))"
+        question = (
+            f"What is the sum of all positive divisors of {n}?" if sibling else f"How many positive divisors does {n} have?"
+        )
+        code = f"n = {n}\nprint(sum({'d' if sibling else '1'} for d in range(1, n + 1) if n % d == 0))"
     elif k == 2:
         j, m = rng.randint(100, 5000), rng.choice([997, 1009, 10007, 65537])
-        question = f"With L(1) = 1, L(2) = 3 and L(n) = L(n-1) + L(n-2), what is L({j}) modulo {m}?"
-        code = f"a, b = 1, 3\nfor _ in range({j} - 2):\n    a, b = b, (a + b) % {m}\nprint(b % {m})"
+        name, second = ("L", 3) if sibling else ("F", 1)
+        start = f"{name}(1) = 1, {name}(2) = 3 and" if sibling else f"{name}(1) = {name}(2) = 1 and"
+        question = f"With {start} {name}(n) = {name}(n-1) + {name}(n-2), what is {name}({j}) modulo {m}?"
+        code = f"a, b = 1, {second}\nfor _ in range({j} - 2):\n    a, b = b, (a + b) % {m}\nprint(b % {m})"
     elif k == 3:
         a, b = rng.randint(2, 9), rng.randint(50, 400)
-        question = f"How many decimal digits does {a}^{b} have?"
-        code = f"print(len(str({a} ** {b})))"
+        if sibling:
+            question, code = f"How many decimal digits does {a}^{b} have?", f"print(len(str({a} ** {b})))"
+        else:
+            question, code = (
+                f"What is the sum of the decimal digits of {a}^{b}?",
+                f"print(sum(int(c) for c in str({a} ** {b})))",
+            )
     elif k == 4:
         n, a, b = rng.randint(1000, 10**6), rng.randint(3, 20), rng.randint(3, 20)
-        question = f"How many integers from 1 to {n} inclusive are divisible by both {a} and {b}?"
-        code = f"print(sum(1 for i in range(1, {n} + 1) if i % {a} == 0 and i % {b} == 0))"
+        divisible = f"both {a} and {b}" if sibling else f"{a} or by {b}"
+        question = f"How many integers from 1 to {n} inclusive are divisible by {divisible}?"
+        code = f"print(sum(1 for i in range(1, {n} + 1) if i % {a} == 0 {'and' if sibling else 'or'} i % {b} == 0))"
     elif k == 5:
         p, r, y = rng.randint(1000, 50000), rng.choice([1.5, 2.5, 3.0, 4.25, 5.0, 7.5]), rng.randint(3, 30)
         question = (
-            f"{p} dollars are invested at {r}% per year, simple interest. "
+            f"{p} dollars are invested at {r}% per year, {'simple interest' if sibling else 'compounded annually'}. "
             f"What are they worth after {y} years, rounded to cents?"
         )
-        code = f"print(round({p} * (1 + {r} / 100 * {y}), 2))"
+        growth = f"(1 + {r} / 100 * {y})" if sibling else f"(1 + {r} / 100) ** {y}"
+        code = f"print(round({p} * {growth}, 2))"
     else:
         n, j = rng.randint(20, 60), rng.randint(3, 10)
-        question = f"In how many ways can {j} of {n} distinct items be lined up in order?"
-        code = f"import math\nprint(math.perm({n}, {j}))"
+        if sibling:
+            question = f"In how many ways can {j} of {n} distinct items be lined up in order?"
+        else:
+            question = f"In how many ways can {j} items be chosen from {n} distinct items, if order does not matter?"
+        code = f"import math\nprint(math.{'perm' if sibling else 'comb'}({n}, {j}))"
     return _checked_problem(problem_id, question, code)
 
 
