@@ -182,9 +182,25 @@ def test_cached_multi_turn_generation_equals_uncached_token_for_token(tokenizer,
     assert cached_timing["prefilled_tokens"] < uncached_timing["prefilled_tokens"]
 
 
+def with_random_lora(model, rank=2, seed=0):
+    """``model`` (copied) under LoRA adapters whose products are not zero (peft starts B at zero)."""
+    import copy
+
+    from cleanrl_style.llm.model import add_lora
+
+    wrapped = add_lora(copy.deepcopy(model), rank=rank, alpha=4.0)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in wrapped.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(0.5 * torch.randn(parameter.shape, generator=generator))
+    return wrapped.eval()
+
+
 @pytest.mark.parametrize("engine", ["auto", "transformers"])
 @pytest.mark.parametrize("shared_start", [True, False], ids=["shared-prefix", "no-shared-prefix"])
-def test_each_sampled_tokens_logprob_equals_a_full_pass_over_its_row(tokenizer, tiny, engine, shared_start):
+@pytest.mark.parametrize("adapters", [False, True], ids=["full", "lora"])
+def test_each_sampled_tokens_logprob_equals_a_full_pass_over_its_row(tokenizer, tiny, engine, shared_start, adapters):
     """The cache's bookkeeping, checked where it matters: rows of unequal length, rows that stop while
     others still decode (holes), a shared first chunk (or none), new turns of unequal length, a dropped
     row and a temperature; every sampled token's log-probability when it was drawn equals the one the
@@ -192,7 +208,11 @@ def test_each_sampled_tokens_logprob_equals_a_full_pass_over_its_row(tokenizer, 
     unmasked hole or logits of another row move it by far more than the 1e-4 of float32 rounding (the
     model's logits depend on position and content). Both engines: ``auto`` runs the packed Llama
     decoder (its own attention, the shared prefix read once for all rows, weights packed for the
-    batch and fewer rows padded up to it), ``transformers`` the model's own forward."""
+    batch and fewer rows padded up to it), ``transformers`` the model's own forward. Under LoRA
+    adapters with nonzero products the packed decoder merges them into its weights and the full pass
+    runs through peft's layers."""
+    if adapters:
+        tiny = with_random_lora(tiny)
     stops = list(range(3, len(tokenizer), 5))  # a fifth of the vocabulary ends a message: rows stop at different steps
     temperature = 0.8
     generator = TurnGenerator(
@@ -757,15 +777,21 @@ def test_weights_are_packed_where_mkl_can_pack_them():
 
 
 def test_the_packed_decoder_covers_only_the_models_it_reproduces(tokenizer, tiny):
-    """A float32 Llama on the CPU is packed; a bf16 copy, attention biases, scaled rotary positions
-    or a LoRA wrapper fall back to the transformers forward (None)."""
+    """A float32 Llama on the CPU is packed, under plain LoRA adapters too; a bf16 copy, attention
+    biases, scaled rotary positions, DoRA or trained embedding rows fall back to the transformers
+    forward (None)."""
     import copy
+
+    from peft import LoraConfig, get_peft_model
 
     from cleanrl_style.llm.model import add_lora
 
     assert packed_llama_for(tiny, 4) is not None
     assert packed_llama_for(copy.deepcopy(tiny).to(torch.bfloat16), 4) is None
-    assert packed_llama_for(add_lora(copy.deepcopy(tiny), rank=2, alpha=4.0), 4) is None
+    assert packed_llama_for(add_lora(copy.deepcopy(tiny), rank=2, alpha=4.0), 4) is not None
+    assert packed_llama_for(add_lora(copy.deepcopy(tiny), rank=2, alpha=4.0, trainable_token_ids=[5]), 4) is None
+    dora = get_peft_model(copy.deepcopy(tiny), LoraConfig(r=2, target_modules="all-linear", use_dora=True))
+    assert packed_llama_for(dora, 4) is None
     for change in (
         {"attention_bias": True},
         {"mlp_bias": True},

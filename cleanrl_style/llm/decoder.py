@@ -26,9 +26,12 @@ checkpoints) without transformers' generic machinery:
 
 The packed copies are taken from the live weights when a ``PackedLlama`` is built, so it must be
 rebuilt after the weights change (``TurnGenerator`` builds one per ``generate`` call from a fresh
-cache). Models it does not cover (not a float32 Llama on the CPU, rotary scaling other than the
-default, attention or MLP biases, another activation than SiLU, a LoRA wrapper) return None from
-:func:`packed_llama_for`, and the generator falls back to the transformers forward. Tests check
+cache). A LoRA wrapper (``peft``) is packed with each adapted projection's weight merged, the base
+weight plus its active adapters' scaled products, so LoRA runs generate as fast as full fine-tunes.
+Models it does not cover (not a float32 Llama on the CPU, rotary scaling other than the default,
+attention or MLP biases, another activation than SiLU, adapters other than plain LoRA on the
+projections, such as DoRA or trained embedding rows) return None from :func:`packed_llama_for`, and
+the generator falls back to the transformers forward. Tests check
 every sampled token's log-probability against a full transformers pass on a random tiny Llama,
 over turns with holes in the mask, with and without a shared prefix.
 
@@ -111,11 +114,43 @@ class KVBuffer:
         self.values = [None if v is None else v[index] for v in self.values]
 
 
+def merged_weight(module: Any) -> torch.Tensor:
+    """The weight a bias-free linear ``module`` multiplies by: its own, or for a ``peft`` LoRA layer
+    the base weight plus each active adapter's scaled product (none while adapters are disabled or
+    already merged into the base)."""
+    base = getattr(module, "base_layer", None)
+    if base is None:
+        return module.weight
+    weight = base.weight
+    if module.merged or module.disable_adapters:
+        return weight
+    for name in module.active_adapters:
+        if name in module.lora_A:
+            weight = weight + module.get_delta_weight(name)
+    return weight
+
+
+def _adapters_are_plain_lora(model: Any) -> bool:
+    """Every ``peft`` layer of ``model`` is a LoRA linear layer without DoRA on a projection, with the
+    embedding and the head untouched: what :func:`merged_weight` reproduces."""
+    plain = (torch.nn.Linear, torch.nn.Embedding)
+    if not isinstance(model.get_input_embeddings(), plain) or not isinstance(model.get_output_embeddings(), plain):
+        return False
+    for module in model.modules():
+        if module is model or not hasattr(module, "active_adapters") or not hasattr(module, "base_layer"):
+            continue
+        if not isinstance(module.base_layer, torch.nn.Linear) or not hasattr(module, "lora_A"):
+            return False
+        if any(module.use_dora.get(name, False) for name in module.active_adapters):
+            return False
+    return True
+
+
 def packed_llama_for(model: Any, rows: int) -> PackedLlama | None:
-    """A :class:`PackedLlama` over ``model`` (a transformers model, not a LoRA wrapper), or None
-    where the model is not a float32 Llama on the CPU that this module reproduces exactly."""
+    """A :class:`PackedLlama` over ``model`` (a transformers model, or a plain LoRA wrapper of one),
+    or None where the model is not a float32 Llama on the CPU that this module reproduces exactly."""
     config = model.config
-    if config.model_type != "llama" or hasattr(model, "peft_config"):
+    if config.model_type != "llama" or (hasattr(model, "peft_config") and not _adapters_are_plain_lora(model)):
         return None
     weight = model.get_input_embeddings().weight
     if weight.dtype != torch.float32 or weight.device.type != "cpu":
@@ -133,7 +168,8 @@ class PackedLlama:
     """The forward of a ``LlamaForCausalLM`` over a chunk of new columns, keeping its own cache.
 
     Args:
-        model: The model; its weights are read (and packed) now.
+        model: The model (or a plain LoRA wrapper of one: :func:`merged_weight`); its weights are
+            read (and packed) now.
         rows: The batch's row count the weights are packed for.
     """
 
@@ -156,14 +192,17 @@ class PackedLlama:
                     layer.input_layernorm.weight,
                     PackedLinear(
                         torch.cat(
-                            [layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight]
+                            [
+                                merged_weight(p)
+                                for p in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj)
+                            ]
                         ),
                         rows,
                     ),
-                    PackedLinear(layer.self_attn.o_proj.weight, rows),
+                    PackedLinear(merged_weight(layer.self_attn.o_proj), rows),
                     layer.post_attention_layernorm.weight,
-                    PackedLinear(torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]), rows),
-                    PackedLinear(layer.mlp.down_proj.weight, rows),
+                    PackedLinear(torch.cat([merged_weight(layer.mlp.gate_proj), merged_weight(layer.mlp.up_proj)]), rows),
+                    PackedLinear(merged_weight(layer.mlp.down_proj), rows),
                 )
                 for layer in base.layers
             ]
