@@ -34,9 +34,11 @@ then, after the last round,
    SIGILL), it runs again with the weights as stored (``use_extra_bufts`` off), and says so.
 
 The model is set up as the agents set it up (``build_policy``: the policy, a frozen reference
-copy, AdamW), and the process's peak resident memory (``getrusage``'s ``ru_maxrss``) and current
-RSS are printed after the setup, the generation and the update (llama.cpp runs in a
-process of its own, so a crash there does not end the report). Generation runs with ``--engine``
+copy, AdamW; with ``--lora-rank`` r > 0, LoRA adapters of rank r on every projection, the base
+with adapters off as the reference, AdamW over the adapters only), and the process's peak
+resident memory (``getrusage``'s ``ru_maxrss``) and current RSS are printed after the setup, the
+generation and the update (llama.cpp runs in a process of its own, so a crash there does not end
+the report). Generation runs with ``--engine``
 (``auto``: the packed Llama decoder) and the update with activation checkpointing unless
 ``--no-gradient-checkpointing``, as the agents run them. Last, the memory-bandwidth bound:
 the best of 5 copies of a 256 MB tensor on one thread gives a bandwidth (bytes read plus written
@@ -314,9 +316,16 @@ def report(args: argparse.Namespace) -> None:
     load_before = load_average()
     grpo = load_agent("grpo")
     # The recipes' learning rate, and the agents' default activation checkpointing.
-    setup = build_policy(args.model, args.device, learning_rate=1e-5, gradient_checkpointing=args.gradient_checkpointing)
+    setup = build_policy(
+        args.model,
+        args.device,
+        learning_rate=1e-5,
+        lora_rank=args.lora_rank,
+        gradient_checkpointing=args.gradient_checkpointing,
+    )
     policy, tokenizer = setup.policy, setup.tokenizer
-    peaks = {"setup": memory("setup (policy, frozen reference, AdamW)")}
+    trained = sum(p.numel() for p in policy.parameters() if p.requires_grad)
+    peaks = {"setup": memory(f"setup (policy, reference, AdamW over {trained / 1e6:.2f}M trained parameters)")}
     family, ids = bank_tasks(args)
     settings = settings_of(args)
     loss_fn = grpo.clipped_token_loss(clip_coef=0.2, kl_coef=0.1)
@@ -386,7 +395,8 @@ def report(args: argparse.Namespace) -> None:
         anchored = bool(anchors)
 
     bandwidth, reading = copy_bandwidth(), read_bandwidth()
-    weight_bytes = sum(p.numel() * p.element_size() for p in policy.parameters())
+    # The model's own weights (a LoRA run's adapters are merged into them for generation).
+    weight_bytes = sum(p.numel() * p.element_size() for name, p in policy.named_parameters() if "lora_" not in name)
     steps_bound, read_bound = bandwidth / weight_bytes, reading / weight_bytes
     load_after = load_average()
     batch = len(ids)
@@ -396,7 +406,8 @@ def report(args: argparse.Namespace) -> None:
         f"\n{batch} episodes ({args.groups} groups x {args.group_size}), {args.turns} assistant messages of <= "
         f"{args.max_new_tokens} tokens each, sampling at temperature 1, {args.precision}, device {args.device}, "
         f"{args.rounds} round(s); generation engine {args.engine}, activation checkpointing "
-        f"{'on' if args.gradient_checkpointing else 'off'}"
+        f"{'on' if args.gradient_checkpointing else 'off'}; "
+        + (f"LoRA rank {args.lora_rank} (alpha 32, every projection)" if args.lora_rank else "every weight trained")
     )
     llama_version = llama_note if anchored else "llama.cpp not run"
     print(
@@ -600,6 +611,7 @@ def main() -> None:
         "--threads", type=int, default=None, help="torch (and llama.cpp) threads; default 1 (report), 2 (cache)"
     )
     parser.add_argument("--no-llama", action="store_true", help="report: skip the llama.cpp anchor")
+    parser.add_argument("--lora-rank", type=int, default=0, help="report: LoRA rank, as the agents' flag (0: every weight)")
     parser.add_argument("--llama-replay", default="", help=argparse.SUPPRESS)  # the anchor's own process
     args = parser.parse_args()
     if args.llama_replay:
