@@ -778,11 +778,11 @@ def test_weights_are_packed_where_mkl_can_pack_them():
 
 def test_the_packed_decoder_covers_only_the_models_it_reproduces(tokenizer, tiny):
     """A float32 Llama on the CPU is packed, under plain LoRA adapters too; a bf16 copy, attention
-    biases, scaled rotary positions, DoRA or trained embedding rows fall back to the transformers
-    forward (None)."""
+    biases, scaled rotary positions, DoRA, other adapters (IA3) or trained embedding rows fall back
+    to the transformers forward (None)."""
     import copy
 
-    from peft import LoraConfig, get_peft_model
+    from peft import IA3Config, LoraConfig, get_peft_model
 
     from cleanrl_style.llm.model import add_lora
 
@@ -792,6 +792,10 @@ def test_the_packed_decoder_covers_only_the_models_it_reproduces(tokenizer, tiny
     assert packed_llama_for(add_lora(copy.deepcopy(tiny), rank=2, alpha=4.0, trainable_token_ids=[5]), 4) is None
     dora = get_peft_model(copy.deepcopy(tiny), LoraConfig(r=2, target_modules="all-linear", use_dora=True))
     assert packed_llama_for(dora, 4) is None
+    ia3 = get_peft_model(
+        copy.deepcopy(tiny), IA3Config(target_modules=["k_proj", "down_proj"], feedforward_modules=["down_proj"])
+    )
+    assert packed_llama_for(ia3, 4) is None  # another adapter on the projections
     for change in (
         {"attention_bias": True},
         {"mlp_bias": True},
@@ -808,6 +812,28 @@ def test_the_packed_decoder_covers_only_the_models_it_reproduces(tokenizer, tiny
     assert packed_llama_for(scaled, 4) is None
     with pytest.raises(ValueError, match="engine must be one of"):
         TurnGenerator(tiny, [], tokenizer.pad_token_id, Sampling(), engine="vllm")
+
+
+def test_a_lora_layers_merged_weight_is_the_weight_its_forward_multiplies_by(tiny):
+    """With adapters active the merged weight reproduces peft's forward (and differs from the base);
+    with them disabled, or already merged into the base, it is the base weight, never the base plus
+    the adapters twice."""
+    from cleanrl_style.llm.decoder import merged_weight
+
+    plain = tiny.get_decoder().layers[0].self_attn.q_proj
+    assert merged_weight(plain) is plain.weight
+    lora = with_random_lora(tiny)
+    q = lora.get_decoder().layers[1].mlp.down_proj
+    x = torch.randn(3, q.in_features, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(x @ merged_weight(q).T, q(x), atol=1e-5, rtol=0)
+        assert (merged_weight(q) - q.base_layer.weight).abs().max() > 0.1
+        with lora.disable_adapter():
+            assert merged_weight(q) is q.base_layer.weight
+            torch.testing.assert_close(x @ merged_weight(q).T, q(x), atol=1e-5, rtol=0)
+        lora.merge_adapter()
+        assert merged_weight(q) is q.base_layer.weight
+        torch.testing.assert_close(x @ merged_weight(q).T, q(x), atol=1e-5, rtol=0)
 
 
 def test_gradient_checkpointing_gives_the_same_update(tmp_path, tokenizer):
