@@ -42,6 +42,7 @@ with gradient, through the model's own layer modules (so any Llama, LoRA include
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -114,20 +115,33 @@ class KVBuffer:
         self.values = [None if v is None else v[index] for v in self.values]
 
 
-def merged_weight(module: Any) -> torch.Tensor:
+def merged_weight(module: Any, out: torch.Tensor | None = None) -> torch.Tensor:
     """The weight a bias-free linear ``module`` multiplies by: its own, or for a ``peft`` LoRA layer
-    the base weight plus each active adapter's scaled product (none while adapters are disabled or
-    already merged into the base)."""
+    the base weight plus each active adapter's scaled product ``B @ A`` (none while adapters are
+    disabled or already merged into the base). Written into ``out`` when given (rows of a fused
+    matrix), else a new tensor for a LoRA layer and the module's own weight otherwise."""
     base = getattr(module, "base_layer", None)
-    if base is None:
-        return module.weight
-    weight = base.weight
-    if module.merged or module.disable_adapters:
-        return weight
-    for name in module.active_adapters:
-        if name in module.lora_A:
-            weight = weight + module.get_delta_weight(name)
+    weight = module.weight if base is None else base.weight
+    active = [] if base is None or module.merged or module.disable_adapters else module.active_adapters
+    adapters = [name for name in active if name in module.lora_A]
+    if not adapters:
+        return weight if out is None else out.copy_(weight)
+    for name in adapters:  # one fused product-and-sum per adapter, no temporary for the product
+        b, a = module.lora_B[name].weight, module.lora_A[name].weight
+        weight = torch.addmm(weight, b, a, alpha=module.scaling[name], out=out)
     return weight
+
+
+def fused_weight(modules: Sequence[Any]) -> torch.Tensor:
+    """The merged weights (:func:`merged_weight`) of ``modules`` stacked along their output rows:
+    one matrix for their fused product (query, key and value; gate and up)."""
+    weights = [m.base_layer.weight if hasattr(m, "base_layer") else m.weight for m in modules]
+    out = weights[0].new_empty(sum(w.shape[0] for w in weights), weights[0].shape[1])
+    start = 0
+    for module, weight in zip(modules, weights):
+        merged_weight(module, out=out[start : start + weight.shape[0]])
+        start += weight.shape[0]
+    return out
 
 
 def _adapters_are_plain_lora(model: Any) -> bool:
@@ -190,18 +204,10 @@ class PackedLlama:
             self.layers = [
                 (
                     layer.input_layernorm.weight,
-                    PackedLinear(
-                        torch.cat(
-                            [
-                                merged_weight(p)
-                                for p in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj)
-                            ]
-                        ),
-                        rows,
-                    ),
+                    PackedLinear(fused_weight([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]), rows),
                     PackedLinear(merged_weight(layer.self_attn.o_proj), rows),
                     layer.post_attention_layernorm.weight,
-                    PackedLinear(torch.cat([merged_weight(layer.mlp.gate_proj), merged_weight(layer.mlp.up_proj)]), rows),
+                    PackedLinear(fused_weight([layer.mlp.gate_proj, layer.mlp.up_proj]), rows),
                     PackedLinear(merged_weight(layer.mlp.down_proj), rows),
                 )
                 for layer in base.layers
