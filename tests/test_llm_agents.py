@@ -152,6 +152,25 @@ def test_a_finished_full_fine_tune_keeps_one_copy_of_its_weights_and_resumes_fro
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow
+def test_a_lora_run_checkpoints_its_adapters_alone_and_resumes_to_the_end(tiny_model_dir, tmp_path):
+    """``--lora-rank``: the checkpoint holds only the adapters (a few kB here, not the model), a run
+    killed after its first checkpoint resumes to the end, and the exported model is an ordinary
+    transformers folder with the base model's weights' names (the adapters merged in)."""
+    from safetensors.torch import load_file
+
+    run_dir = tmp_path / "lora"
+    flags = ("--env", "tools:bank", "--model", str(tiny_model_dir), "--lora-rank", "2", "--total-timesteps", "2")
+    run_until_first_checkpoint_then_kill("grpo", run_dir, *flags, "--group-size", "2", "--groups-per-step", "2", *SMALL)
+    resume_agent("grpo", run_dir)
+    checkpoint = load_checkpoint(run_dir)
+    assert checkpoint["iteration"] == 2 and checkpoint["optimizer"]["state"]
+    assert checkpoint["policy"] and all("lora_" in name for name in checkpoint["policy"])
+    assert progress_steps(run_dir, "charts/zero_variance_fraction") == [1, 2]
+    exported, base = (load_file(folder / "model.safetensors") for folder in (run_dir / "model", tiny_model_dir))
+    assert exported.keys() == base.keys()
+
+
 def test_a_checkpoint_whose_model_folder_is_gone_is_refused_by_name(tmp_path):
     from cleanrl_style.llm.train import policy_weights
     from cleanrl_style.runs.checkpoint import CheckpointError
