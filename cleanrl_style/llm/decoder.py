@@ -27,13 +27,13 @@ checkpoints) without transformers' generic machinery:
 The packed copies are taken from the live weights when a ``PackedLlama`` is built, so it must be
 rebuilt after the weights change (``TurnGenerator`` builds one per ``generate`` call from a fresh
 cache). A LoRA wrapper (``peft``) is packed with each adapted projection's weight merged, the base
-weight plus its active adapters' scaled products, so LoRA runs generate as fast as full fine-tunes.
+weight plus its active adapters' scaled products, so LoRA runs generate through this decoder too.
 Models it does not cover (not a float32 Llama on the CPU, rotary scaling other than the default,
 attention or MLP biases, another activation than SiLU, adapters other than plain LoRA on the
 projections, such as DoRA or trained embedding rows) return None from :func:`packed_llama_for`, and
-the generator falls back to the transformers forward. Tests check
-every sampled token's log-probability against a full transformers pass on a random tiny Llama,
-over turns with holes in the mask, with and without a shared prefix.
+the generator falls back to the transformers forward. Tests check every sampled token's
+log-probability against a full transformers pass on a random tiny Llama (with and without LoRA
+adapters), over turns with holes in the mask, with and without a shared prefix.
 
 For scoring (``tokens.token_logprobs``: the update, the reference and teacher log-probabilities),
 :func:`shared_prefix_hidden` runs the prefix that every row of a micro-batch starts with once,
