@@ -778,8 +778,8 @@ def test_weights_are_packed_where_mkl_can_pack_them():
 
 def test_the_packed_decoder_covers_only_the_models_it_reproduces(tokenizer, tiny):
     """A float32 Llama on the CPU is packed, under plain LoRA adapters too; a bf16 copy, attention
-    biases, scaled rotary positions, DoRA, other adapters (IA3) or trained embedding rows fall back
-    to the transformers forward (None)."""
+    biases, scaled rotary positions, DoRA, other adapters (IA3), trained embedding rows or a trained
+    copy of the head fall back to the transformers forward (None)."""
     import copy
 
     from peft import IA3Config, LoraConfig, get_peft_model
@@ -796,6 +796,8 @@ def test_the_packed_decoder_covers_only_the_models_it_reproduces(tokenizer, tiny
         copy.deepcopy(tiny), IA3Config(target_modules=["k_proj", "down_proj"], feedforward_modules=["down_proj"])
     )
     assert packed_llama_for(ia3, 4) is None  # another adapter on the projections
+    head = get_peft_model(copy.deepcopy(tiny), LoraConfig(r=2, target_modules="all-linear", modules_to_save=["lm_head"]))
+    assert packed_llama_for(head, 4) is None  # a trained copy of the head
     for change in (
         {"attention_bias": True},
         {"mlp_bias": True},
