@@ -120,9 +120,9 @@ def merged_weight(module: Any, out: torch.Tensor | None = None) -> torch.Tensor:
     the base weight plus each active adapter's scaled product ``B @ A`` (none while adapters are
     disabled or already merged into the base). Written into ``out`` when given (rows of a fused
     matrix), else a new tensor for a LoRA layer and the module's own weight otherwise."""
-    base = getattr(module, "base_layer", None)
-    weight = module.weight if base is None else base.weight
-    active = [] if base is None or module.merged or module.disable_adapters else module.active_adapters
+    weight = module.weight  # a peft layer's ``weight`` is its base layer's
+    lora = hasattr(module, "base_layer")
+    active = module.active_adapters if lora and not (module.merged or module.disable_adapters) else []
     adapters = [name for name in active if name in module.lora_A]
     if not adapters:
         return weight if out is None else out.copy_(weight)
@@ -135,7 +135,7 @@ def merged_weight(module: Any, out: torch.Tensor | None = None) -> torch.Tensor:
 def fused_weight(modules: Sequence[Any]) -> torch.Tensor:
     """The merged weights (:func:`merged_weight`) of ``modules`` stacked along their output rows:
     one matrix for their fused product (query, key and value; gate and up)."""
-    weights = [m.base_layer.weight if hasattr(m, "base_layer") else m.weight for m in modules]
+    weights = [m.weight for m in modules]  # a peft layer's ``weight`` is its base layer's
     out = weights[0].new_empty(sum(w.shape[0] for w in weights), weights[0].shape[1])
     start = 0
     for module, weight in zip(modules, weights):
