@@ -119,6 +119,10 @@ class Args(LLMRunArgs):
     token_init: Literal["words", "mean"] = "words"
     """words: the reward tokens' embeddings start at those of ' success' and ' failure', so the model
     tells them apart from the first step; mean: both start at the mean embedding (nearly equal)"""
+    token_lr_scale: float = 1.0
+    """learning rate of the reward tokens' embedding rows as a multiple of --learning-rate (full
+    fine-tune only): at a fine-tuning rate one epoch barely moves them, while prompt tuning trains
+    embeddings at rates far above fine-tuning's"""
     # ---- stage 1: RCTP
     learning_rate: float = 1e-5
     """AdamW learning rate of either stage (default: the paper's RCTP value, 1e-5; stage 2 may want less, such as 1e-6)"""
@@ -177,6 +181,11 @@ class Args(LLMRunArgs):
 
     def validate(self) -> None:
         check_range("p_high", self.p_high, 0, 1)  # a share of each group
+        require(
+            self.token_lr_scale > 0 and (self.token_lr_scale == 1.0 or self.lora_rank == 0),
+            f"--token-lr-scale must be positive, and 1 with --lora-rank > 0 (LoRA trains the token rows in its own "
+            f"module), got {self.token_lr_scale} with --lora-rank {self.lora_rank}",
+        )
         check_range("rctp_noisy_share", self.rctp_noisy_share, 0, 1)
         require(
             bool(self.rctp_noisy_kinds) and set(self.rctp_noisy_kinds) <= set(NOISY_KINDS),
@@ -367,6 +376,7 @@ def run_rctp(args: Args, run: Run) -> None:
         gradient_checkpointing=args.gradient_checkpointing,
         special_tokens=(HIGH_REWARD, LOW_REWARD),
         special_token_init=args.reward_token_init(),
+        special_token_lr_scale=args.token_lr_scale,
         run=run,
         with_reference=False,  # RCTP is supervised: no KL term, no frozen copy in memory
     )
@@ -463,6 +473,7 @@ def run_rc_grpo(args: Args, run: Run) -> None:
         gradient_checkpointing=args.gradient_checkpointing,
         special_tokens=(HIGH_REWARD, LOW_REWARD),
         special_token_init=args.reward_token_init(),
+        special_token_lr_scale=args.token_lr_scale,
         run=run,
         with_reference=args.kl_coef > 0,  # no KL term: no frozen copy in memory
     )

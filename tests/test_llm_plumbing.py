@@ -878,6 +878,59 @@ def test_gradient_checkpointing_gives_the_same_update(tmp_path, tokenizer):
         torch.testing.assert_close(weights[True][name], value, atol=1e-6, rtol=1e-5)
 
 
+def test_scaled_rows_take_adamws_step_at_the_scaled_learning_rate():
+    """scale_row_updates on chosen rows equals AdamW run at scale x lr on those rows and at lr on the
+    rest (weight decay included), step after step."""
+    from cleanrl_style.llm.train import scale_row_updates
+
+    torch.manual_seed(0)  # float64: in float32 the rounding of (new - old), times the scale, shows at 1e-6
+    start, grads = torch.randn(6, 3, dtype=torch.float64), [torch.randn(6, 3, dtype=torch.float64) for _ in range(3)]
+    rows, scale = [1, 4], 30.0
+    runs = {}
+    for name, lr, hooked in (("plain", 1e-3, False), ("fast", 3e-2, False), ("scaled", 1e-3, True)):
+        weight = torch.nn.Parameter(start.clone())
+        optimizer = torch.optim.AdamW([weight], lr=lr, weight_decay=0.1)
+        if hooked:
+            scale_row_updates(optimizer, weight, rows, scale)
+        for grad in grads:
+            weight.grad = grad.clone()
+            optimizer.step()
+        runs[name] = weight.detach()
+    expected = runs["plain"].clone()
+    expected[rows] = runs["fast"][rows]
+    torch.testing.assert_close(runs["scaled"], expected, atol=1e-12, rtol=0)
+    assert not torch.allclose(runs["plain"][rows], runs["fast"][rows], atol=1e-3)  # the scale shows
+
+
+def test_build_policy_trains_the_special_tokens_rows_at_the_scaled_rate(tmp_path, tokenizer):
+    from llm_tiny_model import save_tiny_model
+
+    from cleanrl_style.llm.train import build_policy
+
+    folder, tokens = str(save_tiny_model(tmp_path / "tiny")), ("<|hi|>", "<|lo|>")
+    rows, masks = prefix_sharing_rows(tokenizer)
+    moved = {}
+    for scale in (1.0, 20.0):
+        torch.manual_seed(0)  # the new rows are drawn at random
+        setup = build_policy(folder, "cpu", 1e-3, special_tokens=tokens, special_token_lr_scale=scale, with_reference=False)
+        ids = setup.tokenizer.convert_tokens_to_ids(list(tokens))
+        rows_with_tokens = [r[:3] + ids + r[3:] for r in rows]
+        masks_with_tokens = [m[:3] + [False, False] + m[3:] for m in masks]
+        embedding = setup.policy.get_input_embeddings().weight
+        before = embedding.detach().clone()
+        gradient_step(setup.policy, setup.optimizer, rows_with_tokens, masks_with_tokens, tokenizer.pad_token_id, lambda logp, extras: (-logp, {}))
+        moved[scale] = (embedding.detach() - before, ids)
+    (plain, ids), (scaled, _) = moved[1.0], moved[20.0]
+    assert plain[ids].abs().max() > 0
+    torch.testing.assert_close(scaled[ids], 20.0 * plain[ids], atol=1e-7, rtol=1e-4)
+    others = [i for i in range(plain.shape[0]) if i not in ids]
+    torch.testing.assert_close(scaled[others], plain[others], atol=0, rtol=0)
+    with pytest.raises(ValueError, match="full fine-tune"):
+        build_policy(folder, "cpu", 1e-3, special_tokens=tokens, special_token_lr_scale=20.0, lora_rank=4)
+    with pytest.raises(ValueError, match="needs special tokens"):
+        build_policy(folder, "cpu", 1e-3, special_token_lr_scale=20.0)
+
+
 def test_releasing_the_training_state_frees_the_moments_gradients_and_reference(tmp_path, tokenizer):
     from llm_tiny_model import save_tiny_model
 

@@ -104,6 +104,7 @@ def build_policy(
     run: Any = None,
     with_reference: bool = True,
     gradient_checkpointing: bool = False,
+    special_token_lr_scale: float = 1.0,
 ) -> PolicySetup:
     """Load ``model`` (empty: the offline SmolLM2), add ``special_tokens`` (a token named in
     ``special_token_init`` starts at the embedding of that text: ``add_special_tokens``), wrap with LoRA if
@@ -112,6 +113,9 @@ def build_policy(
 
     ``gradient_checkpointing`` recomputes each decoder layer's activations in the backward pass
     instead of keeping them (transformers' ``gradient_checkpointing_enable``, non-reentrant).
+
+    ``special_token_lr_scale`` trains the special tokens' embedding rows at that multiple of
+    ``learning_rate`` (``scale_row_updates``; a full fine-tune only).
 
     ``with_reference=False`` skips the frozen copy of a fully trained model (a second model's
     memory) for a run that never reads the reference (no KL term); with LoRA the reference is the
@@ -123,7 +127,13 @@ def build_policy(
     Raises:
         RuntimeError: the checkpoint's weights do not fit the model.
         CheckpointError: the checkpoint names a model folder that is not there.
+        ValueError: ``special_token_lr_scale`` other than 1 with LoRA, or without special tokens.
     """
+    if special_token_lr_scale != 1.0 and (lora_rank > 0 or not special_tokens):
+        raise ValueError(
+            "a learning-rate scale for the special tokens' rows needs special tokens and a full fine-tune "
+            f"(got {len(special_tokens)} special tokens, LoRA rank {lora_rank}): leave the scale at 1, or train without LoRA"
+        )
     return_freed_memory_to_the_system()
     policy, tokenizer = load_causal_lm(model or None, device=device, dtype=torch.float32)
     token_ids = add_special_tokens(policy, tokenizer, list(special_tokens), special_token_init) if special_tokens else []
@@ -136,6 +146,8 @@ def build_policy(
         enable_activation_checkpointing(unwrap(policy))
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=weight_decay)
+    if special_token_lr_scale != 1.0:
+        scale_row_updates(optimizer, policy.get_input_embeddings().weight, token_ids, special_token_lr_scale)
     start_iteration = 1
     checkpoint = run.checkpoint if run is not None else None
     if checkpoint is not None:
@@ -146,6 +158,29 @@ def build_policy(
         start_iteration = int(checkpoint["iteration"]) + 1
     policy.eval()
     return PolicySetup(policy, tokenizer, reference, optimizer, start_iteration)
+
+
+def scale_row_updates(optimizer: torch.optim.Optimizer, weight: torch.Tensor, rows: Sequence[int], scale: float) -> None:
+    """Multiply every later ``optimizer.step()``'s change to ``weight[rows]`` by ``scale``.
+
+    An AdamW step changes a weight by ``-lr * (weight_decay * w + m_hat / (sqrt(v_hat) + eps))``,
+    which is proportional to ``lr``, so for AdamW this is exactly training those rows at ``scale * lr``
+    (the moments do not depend on the rate). RC-GRPO uses it for the reward tokens' embedding rows:
+    at a fine-tuning rate a few hundred steps move each element by about 1e-3, against the 0.1 its
+    rows measure (SmolLM2), while prompt tuning trains embeddings at far higher rates."""
+    index = torch.as_tensor(list(rows), dtype=torch.long)
+    before: list[torch.Tensor] = []
+
+    def keep(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
+        before.append(weight.detach()[index].clone())
+
+    def scale_change(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
+        old = before.pop()
+        with torch.no_grad():
+            weight[index] = old + scale * (weight[index] - old)
+
+    optimizer.register_step_pre_hook(keep)
+    optimizer.register_step_post_hook(scale_change)
 
 
 def release_training_state(setup: PolicySetup) -> None:
