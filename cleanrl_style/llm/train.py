@@ -166,8 +166,8 @@ def scale_row_updates(optimizer: torch.optim.Optimizer, weight: torch.Tensor, ro
     An AdamW step changes a weight by ``-lr * (weight_decay * w + m_hat / (sqrt(v_hat) + eps))``,
     which is proportional to ``lr``, so for AdamW this is exactly training those rows at ``scale * lr``
     (the moments do not depend on the rate). RC-GRPO uses it for the reward tokens' embedding rows:
-    at a fine-tuning rate a few hundred steps move each element by about 1e-3, against the 0.1 its
-    rows measure (SmolLM2), while prompt tuning trains embeddings at far higher rates."""
+    one epoch of 16 steps at lr 5e-5 moves each element by at most 8e-4, against the 0.1 its rows
+    measure (SmolLM2), while prompt tuning trains embeddings at far higher rates."""
     index = torch.as_tensor(list(rows), dtype=torch.long)
     before: list[torch.Tensor] = []
 
