@@ -918,7 +918,14 @@ def test_build_policy_trains_the_special_tokens_rows_at_the_scaled_rate(tmp_path
         masks_with_tokens = [m[:3] + [False, False] + m[3:] for m in masks]
         embedding = setup.policy.get_input_embeddings().weight
         before = embedding.detach().clone()
-        gradient_step(setup.policy, setup.optimizer, rows_with_tokens, masks_with_tokens, tokenizer.pad_token_id, lambda logp, extras: (-logp, {}))
+        gradient_step(
+            setup.policy,
+            setup.optimizer,
+            rows_with_tokens,
+            masks_with_tokens,
+            tokenizer.pad_token_id,
+            lambda logp, extras: (-logp, {}),
+        )
         moved[scale] = (embedding.detach() - before, ids)
     (plain, ids), (scaled, _) = moved[1.0], moved[20.0]
     assert plain[ids].abs().max() > 0
