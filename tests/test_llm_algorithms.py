@@ -345,6 +345,16 @@ def test_scripted_gap_calls_reach_the_noisy_policy_and_bad_kinds_are_refused():
         rc_grpo.Args(rctp_noisy_kinds=("typo",)).validate()
 
 
+@pytest.mark.parametrize("scale, lora_rank", [(0.0, 0), (-3.0, 0), (100.0, 8)])
+def test_a_reward_token_rate_that_cannot_apply_is_refused(scale, lora_rank):
+    from cleanrl_style.runs.cli import UsageError
+
+    with pytest.raises(UsageError, match=f"--token-lr-scale must be positive, and 1 with --lora-rank > 0 .*got {scale}"):
+        rc_grpo.Args(token_lr_scale=scale, lora_rank=lora_rank).validate()
+    rc_grpo.Args(token_lr_scale=100.0).validate()  # a full fine-tune takes any positive scale
+    rc_grpo.Args(lora_rank=lora_rank).validate()  # and LoRA the default
+
+
 def test_every_turn_noisy_episodes_err_in_more_assistant_messages(tasks):
     """--rctp-noisy-every-turn reaches the noisy policy: its episodes differ from the expert's in
     more assistant messages than one-mistake episodes on the same tasks and seeds."""
