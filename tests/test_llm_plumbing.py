@@ -936,6 +936,8 @@ def test_build_policy_trains_the_special_tokens_rows_at_the_scaled_rate(tmp_path
         build_policy(folder, "cpu", 1e-3, special_tokens=tokens, special_token_lr_scale=20.0, lora_rank=4)
     with pytest.raises(ValueError, match="needs special tokens"):
         build_policy(folder, "cpu", 1e-3, special_token_lr_scale=20.0)
+    with pytest.raises(ValueError, match="must be positive, got -1.0"):
+        build_policy(folder, "cpu", 1e-3, special_tokens=tokens, special_token_lr_scale=-1.0)
 
 
 def test_releasing_the_training_state_frees_the_moments_gradients_and_reference(tmp_path, tokenizer):

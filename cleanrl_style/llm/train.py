@@ -127,8 +127,12 @@ def build_policy(
     Raises:
         RuntimeError: the checkpoint's weights do not fit the model.
         CheckpointError: the checkpoint names a model folder that is not there.
-        ValueError: ``special_token_lr_scale`` other than 1 with LoRA, or without special tokens.
+        ValueError: ``special_token_lr_scale`` not positive, or other than 1 with LoRA or without special tokens.
     """
+    if not special_token_lr_scale > 0:  # 0 would freeze the rows, a negative scale reverse their steps
+        raise ValueError(
+            f"special_token_lr_scale multiplies the learning rate and must be positive, got {special_token_lr_scale}"
+        )
     if special_token_lr_scale != 1.0 and (lora_rank > 0 or not special_tokens):
         raise ValueError(
             "a learning-rate scale for the special tokens' rows needs special tokens and a full fine-tune "
