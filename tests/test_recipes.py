@@ -142,7 +142,9 @@ def test_export_keeps_earlier_results_and_names_what_has_none(tmp_path, capsys):
     runs, out = tmp_path / "runs", tmp_path / "results"
     finished = runs / "Pendulum__nap__s1"
     finished.mkdir(parents=True)
-    (finished / "progress.csv").write_text("step,time,metric,value\n0,0.0,eval/return_mean,-1.0\n0,0.0,losses/q,2.0\n")
+    (finished / "progress.csv").write_text(
+        "step,time,metric,value\n0,0.0,eval/return_mean,-1.0\n0,0.0,losses/q,2.0\n0,0.0,model/critic_parameters,9.0\n"
+    )
     (finished / "sweep.json").write_text("{}")
     earlier = out / "Pendulum__plain__s1"  # exported before, from runs that are not here
     earlier.mkdir(parents=True)
@@ -151,7 +153,9 @@ def test_export_keeps_earlier_results_and_names_what_has_none(tmp_path, capsys):
     written = export(str(recipe), str(runs), str(out))
     printed = capsys.readouterr().out
     assert [p.name for p in written] == ["Pendulum__nap__s1"]
-    assert (out / "Pendulum__nap__s1" / "progress.csv").read_text().count("\n") == 2  # the losses row dropped
+    kept = (out / "Pendulum__nap__s1" / "progress.csv").read_text()
+    assert kept.count("\n") == 3 and "losses/" not in kept  # the losses row dropped
+    assert "model/critic_parameters" in kept  # the parameter count a scaling study plots against
     assert (earlier / "sweep.json").read_text() == '{"from": "elsewhere"}'
     assert "kept from an earlier export (no finished run here): Pendulum__plain__s1" in printed
     assert "(no result): Pendulum__nap__s2, Pendulum__plain__s2" in printed

@@ -8,7 +8,8 @@ For every finished point of the recipe (its run folder has the sweep's ``sweep.j
 ``results/<recipe>/<run folder>/`` with ``progress.csv`` cut down to the metrics a reader plots
 (``charts/*``: returns, lengths, steps per second, the LLM agents' success and zero-variance
 fractions; ``eval/*``; ``nap/*``: NaP norms and effective learning rates; the LLM agents' ``rctp/*``,
-``rc_grpo/*``, ``turnsight/*`` and ``memory/peak_rss_gib``), plus ``args.json``, ``sweep.json``, ``provenance.json`` (commit,
+``rc_grpo/*``, ``turnsight/*`` and ``memory/peak_rss_gib``; ``model/*``: the parameter counts a
+scaling study plots against), plus ``args.json``, ``sweep.json``, ``provenance.json`` (commit,
 versions, CPU, load) and an LLM run's per-task ``held_out.csv``, and a copy of the recipe. No checkpoints, no
 TensorBoard events. ``python -m cleanrl_style.experiments.plot results/<recipe>`` then draws the figures.
 """
@@ -26,7 +27,7 @@ import tyro
 from cleanrl_style.experiments.recipes import RecipeError, load_recipe
 from cleanrl_style.experiments.sweep import DONE_NAME, RECIPE_RUNS, recipe_points
 
-KEPT_PREFIXES = ("charts/", "eval/", "nap/", "rctp/", "rc_grpo/", "turnsight/", "memory/")
+KEPT_PREFIXES = ("charts/", "eval/", "nap/", "rctp/", "rc_grpo/", "turnsight/", "memory/", "model/")
 COPIED_FILES = ("args.json", DONE_NAME, "provenance.json", "held_out.csv")
 
 
