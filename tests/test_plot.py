@@ -574,6 +574,13 @@ def test_scaling_rows_put_each_lines_final_return_at_its_parameter_count(tmp_pat
     assert all(r["interval"] == "none (n < 5)" for r in rows)
     written = make_all(load_runs([tmp_path]), tmp_path / "plots", n_boot=100)
     assert {"scaling.md", "scaling_Hopper-v5.png"} <= {p.name for p in written}
+    # each point's bar is its own: the interval where n >= 5, the seeds' range where fewer
+    from cleanrl_style.experiments.plot.scaling import error_bar_ends
+
+    five = {"ci_low": 10.0, "ci_high": 20.0, "seed_min": 5.0, "seed_max": 25.0}
+    one = {"ci_low": float("nan"), "ci_high": float("nan"), "seed_min": 30.0, "seed_max": 30.0}
+    low, high = error_bar_ends([five, one])
+    assert low.tolist() == [10.0, 30.0] and high.tolist() == [20.0, 30.0]
     # a run that logged no parameter count is no point of a scaling study
     plain = write_run(
         tmp_path / "other" / "sac_s1", {"env": "Hopper", "seed": 1}, [(1000, 1.0, "charts/episodic_return", 5.0)]

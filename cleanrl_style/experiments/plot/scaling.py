@@ -43,6 +43,15 @@ def scaling_rows(
     return sorted(rows, key=lambda r: (r["env"], r["architecture"], r["critic_parameters"]))
 
 
+def error_bar_ends(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """Each point's bar: its bootstrap interval where it has one (n >= 5), else its seeds' range,
+    point by point, so one thin point does not take the intervals from the others on its line."""
+    has_ci = [not np.isnan(r["ci_low"]) for r in rows]
+    low = np.array([r["ci_low"] if ok else r["seed_min"] for r, ok in zip(rows, has_ci)])
+    high = np.array([r["ci_high"] if ok else r["seed_max"] for r, ok in zip(rows, has_ci)])
+    return low, high
+
+
 def plot_scaling(rows: list[dict], out: Path, ci: float = 0.95) -> list[Path]:
     """``scaling_<env>.png`` for each env where an architecture has two parameter counts or more."""
     plt = _pyplot()
@@ -60,9 +69,7 @@ def plot_scaling(rows: list[dict], out: Path, ci: float = 0.95) -> list[Path]:
             points = [r for r in here if r["architecture"] == arch]
             x = np.array([r["critic_parameters"] for r in points], dtype=float)
             y = np.array([r["final_mean"] for r in points])
-            has_ci = not np.isnan([r["ci_low"] for r in points]).any()
-            low = np.array([r["ci_low"] if has_ci else r["seed_min"] for r in points])
-            high = np.array([r["ci_high"] if has_ci else r["seed_max"] for r in points])
+            low, high = error_bar_ends(points)
             n = sorted({r["seeds"] for r in points})
             ax.errorbar(
                 x,
