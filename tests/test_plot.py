@@ -557,6 +557,28 @@ def test_the_visits_figure_and_tables_are_written_for_task_cycle_runs(tmp_path):
     assert "none (n < 5)" in (tmp_path / "plots" / "visits_gap.md").read_text()
 
 
+def test_scaling_growth_interval_resamples_each_points_seeds(tmp_path):
+    from cleanrl_style.experiments.plot import growth_rows
+
+    # five seeds a point: finals 0.95 * c; small width c in {100, ..., 140}, large in {300, ..., 700}
+    for width, params, scales in (
+        (32, 9000, [100.0, 110.0, 120.0, 130.0, 140.0]),
+        (64, 30000, [300.0, 400.0, 500.0, 600.0, 700.0]),
+    ):
+        for seed, c in enumerate(scales, start=1):
+            rows = [(s, float(s), "charts/episodic_return", c * s / 1000) for s in STEPS]
+            rows.append((0, 0.0, "model/critic_parameters", float(params)))
+            args = {"env": "Hopper", "seed": seed, "exp_name": "sac_simba", "encoder": "simba", "critic_width": width}
+            write_run(tmp_path / f"simba{width}_s{seed}", args, rows)
+    (g,) = growth_rows(load_runs([tmp_path]), n_boot=500)
+    assert g["gain"] == pytest.approx(0.95 * (500.0 - 120.0))
+    assert g["interval"] == "95% percentile bootstrap (rliable)"
+    # resampling both points' seeds: the interval holds the gain, is wider than the small point's spread
+    # alone (the large point's seeds vary by 400, the small one's by 40) and stays within the extreme pairs
+    assert 0.95 * (300 - 140) <= g["ci_low"] < g["gain"] < g["ci_high"] <= 0.95 * (700 - 100)
+    assert g["ci_high"] - g["ci_low"] > 0.95 * 40
+
+
 def test_scaling_rows_put_each_lines_final_return_at_its_parameter_count(tmp_path):
     from cleanrl_style.experiments.plot import scaling_rows
 
@@ -574,6 +596,15 @@ def test_scaling_rows_put_each_lines_final_return_at_its_parameter_count(tmp_pat
     assert all(r["interval"] == "none (n < 5)" for r in rows)
     written = make_all(load_runs([tmp_path]), tmp_path / "plots", n_boot=100)
     assert {"scaling.md", "scaling_Hopper-v5.png"} <= {p.name for p in written}
+    # what each step up in size gains, within an architecture only (no pair from mlp's largest to simba's smallest)
+    from cleanrl_style.experiments.plot import growth_rows
+
+    growth = growth_rows(load_runs([tmp_path]), n_boot=100)
+    got = [(g["architecture"], g["from_parameters"], g["to_parameters"], g["seeds_from"], g["seeds_to"]) for g in growth]
+    assert got == [("mlp", 8800, 29700, 2, 2), ("simba", 9000, 30000, 2, 2)]
+    assert [round(g["gain"], 6) for g in growth] == [-9.5, 237.5]  # 47.5 - 57.0 and 380.0 - 142.5
+    assert all(g["interval"] == "none (n < 5)" and np.isnan(g["ci_low"]) for g in growth)
+    assert {"scaling_growth.md", "scaling_growth.csv"} <= {p.name for p in written}
     # each point's bar is its own: the interval where n >= 5, the seeds' range where fewer
     from cleanrl_style.experiments.plot.scaling import error_bar_ends
 

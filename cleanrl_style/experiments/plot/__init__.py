@@ -37,7 +37,7 @@ from cleanrl_style.experiments.plot.data import (
 from cleanrl_style.experiments.plot.llm import llm_summary_rows, plot_llm
 from cleanrl_style.experiments.plot.nap import layers_by_position, plot_nap
 from cleanrl_style.experiments.plot.reference import cut_at, load_reference, with_reference
-from cleanrl_style.experiments.plot.scaling import plot_scaling, scaling_rows
+from cleanrl_style.experiments.plot.scaling import growth_rows, plot_scaling, scaling_rows
 from cleanrl_style.experiments.plot.stats import (
     AGGREGATES,
     ESTIMATORS,
@@ -81,6 +81,7 @@ __all__ = [
     "file_part",
     "final_value",
     "find_run_dirs",
+    "growth_rows",
     "improvement_rows",
     "interval_estimate",
     "interval_method",

@@ -27,6 +27,9 @@ Reads every run under the given folders (a folder with ``progress.csv`` and ``ar
 ``scaling.md`` / ``scaling.csv`` and ``scaling_<env>.png``
     for runs that log their critic's parameter count (``sac_simba``): each line's final return
     against it, one curve per architecture (``--encoder``), for a scaling study.
+``scaling_growth.md`` / ``.csv``
+    for the same runs: what each step up in size gains, the larger minus the smaller mean final
+    return of each architecture's consecutive sizes, with its interval (none under 5 seeds a point).
 ``visits.md`` / ``visits.csv``, ``visits_gap.md`` / ``.csv`` and ``visits_<env>.png``
     for runs on a task cycle (``dmc:<domain>-<task>.<task>...-every<N>``): each visit's return
     (the mean over its last quarter), and each run's later visits of a task against its first
@@ -82,7 +85,7 @@ from cleanrl_style.experiments.plot.data import RETURN, RunData, load_runs
 from cleanrl_style.experiments.plot.llm import llm_summary_rows, paired_held_out_rows, plot_llm
 from cleanrl_style.experiments.plot.nap import plot_nap
 from cleanrl_style.experiments.plot.reference import with_reference
-from cleanrl_style.experiments.plot.scaling import plot_scaling, scaling_rows
+from cleanrl_style.experiments.plot.scaling import growth_rows, plot_scaling, scaling_rows
 from cleanrl_style.experiments.plot.stats import MIN_SEEDS_FOR_CI, summary_rows, write_table
 from cleanrl_style.experiments.plot.visits import plot_visits, visit_rows
 from cleanrl_style.runs.logger import CSV_NAME
@@ -150,6 +153,11 @@ def make_all(
         title = "Final return against the critic's parameter count (one row per line and env)"
         write_table(scaling, out / "scaling.csv", out / "scaling.md", title)
         written += [out / "scaling.csv", out / "scaling.md", *plot_scaling(scaling, out, ci)]
+        growth = growth_rows(runs, metric, final_fraction, ci, n_boot, seed)
+        if growth:
+            title = "What each step up in critic size gains: larger minus smaller mean final return"
+            write_table(growth, out / "scaling_growth.csv", out / "scaling_growth.md", title)
+            written += [out / "scaling_growth.csv", out / "scaling_growth.md"]
     per_visit, gaps = visit_rows(runs, ci, n_boot, seed)
     if per_visit:
         title = "Task cycles: each visit's return (last quarter of the visit)"

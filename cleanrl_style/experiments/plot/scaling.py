@@ -14,10 +14,28 @@ from pathlib import Path
 import numpy as np
 
 from cleanrl_style.experiments.plot.data import RETURN, RunData, by_label_and_env, file_part, final_value
-from cleanrl_style.experiments.plot.stats import band_note, seed_statistics
+from cleanrl_style.experiments.plot.stats import band_note, interval_estimate, interval_method, seed_statistics
 from cleanrl_style.experiments.plot.style import _colors, _pyplot, save_figure
 
 PARAMETERS = "model/critic_parameters"
+
+
+def _points(runs: list[RunData], metric: str, final_fraction: float) -> list[tuple[dict, np.ndarray]]:
+    """Each (line, env) whose runs logged their parameter count: its key columns and its seeds' final
+    ``metric``, sorted by env, architecture and parameter count."""
+    points = []
+    for (label, env), group in by_label_and_env(runs).items():
+        group = [r for r in group if PARAMETERS in r.series and metric in r.series]
+        if not group:
+            continue
+        key = {
+            "agent": label,
+            "env": env,
+            "architecture": str(group[0].args.get("encoder", group[0].args.get("exp_name", label))),
+            "critic_parameters": int(group[0].series[PARAMETERS][0, 2]),
+        }
+        points.append((key, np.array([final_value(r.series[metric], final_fraction) for r in group])))
+    return sorted(points, key=lambda p: (p[0]["env"], p[0]["architecture"], p[0]["critic_parameters"]))
 
 
 def scaling_rows(
@@ -25,22 +43,42 @@ def scaling_rows(
 ) -> list[dict]:
     """One row per (line, env) whose runs logged their parameter count: the architecture, the count,
     n, the mean final ``metric`` and its interval (none under 5 seeds)."""
+    return [
+        {**key, **seed_statistics(finals, "final_mean", ci, n_boot, seed)}
+        for key, finals in _points(runs, metric, final_fraction)
+    ]
+
+
+def growth_rows(
+    runs: list[RunData], metric: str = RETURN, final_fraction: float = 0.1, ci: float = 0.95, n_boot: int = 2000, seed: int = 0
+) -> list[dict]:
+    """What each step up in size gains: for each architecture and env, every pair of consecutive
+    parameter counts, the difference of their mean final ``metric`` (larger minus smaller) with a
+    stratified-bootstrap interval that resamples each point's seeds on its own (none where either
+    point has under 5 seeds). An interval above zero says the larger network scored higher."""
+    points = _points(runs, metric, final_fraction)
     rows = []
-    for (label, env), group in by_label_and_env(runs).items():
-        group = [r for r in group if PARAMETERS in r.series and metric in r.series]
-        if not group:
+    for (a, x), (b, y) in zip(points, points[1:]):
+        if (a["env"], a["architecture"]) != (b["env"], b["architecture"]):
             continue
-        finals = np.array([final_value(r.series[metric], final_fraction) for r in group])
+        gain, low, high = interval_estimate(
+            [y.reshape(-1, 1), x.reshape(-1, 1)], lambda big, small: np.array([big.mean() - small.mean()]), ci, n_boot, seed
+        )
         rows.append(
             {
-                "agent": label,
-                "env": env,
-                "architecture": str(group[0].args.get("encoder", group[0].args.get("exp_name", label))),
-                "critic_parameters": int(group[0].series[PARAMETERS][0, 2]),
-                **seed_statistics(finals, "final_mean", ci, n_boot, seed),
+                "env": a["env"],
+                "architecture": a["architecture"],
+                "from_parameters": a["critic_parameters"],
+                "to_parameters": b["critic_parameters"],
+                "seeds_from": len(x),
+                "seeds_to": len(y),
+                "gain": float(gain[0]),
+                "interval": interval_method(min(len(x), len(y)), ci),
+                "ci_low": float(low[0]),
+                "ci_high": float(high[0]),
             }
         )
-    return sorted(rows, key=lambda r: (r["env"], r["architecture"], r["critic_parameters"]))
+    return rows
 
 
 def error_bar_ends(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
