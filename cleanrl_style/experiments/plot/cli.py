@@ -150,12 +150,12 @@ def make_all(
         written += [out / "llm_paired.csv", out / "llm_paired.md"]
     scaling = scaling_rows(runs, metric, final_fraction, ci, n_boot, seed)
     if scaling:
-        title = "Final return against the critic's parameter count (one row per line and env)"
+        title = f"Final {metric} against the critic's parameter count (one row per line and env)"
         write_table(scaling, out / "scaling.csv", out / "scaling.md", title)
-        written += [out / "scaling.csv", out / "scaling.md", *plot_scaling(scaling, out, ci)]
+        written += [out / "scaling.csv", out / "scaling.md", *plot_scaling(scaling, out, ci, metric)]
         growth = growth_rows(runs, metric, final_fraction, ci, n_boot, seed)
         if growth:
-            title = "What each step up in critic size gains: larger minus smaller mean final return"
+            title = f"What each step up in critic size gains: larger minus smaller mean final {metric}"
             write_table(growth, out / "scaling_growth.csv", out / "scaling_growth.md", title)
             written += [out / "scaling_growth.csv", out / "scaling_growth.md"]
     per_visit, gaps = visit_rows(runs, ci, n_boot, seed)

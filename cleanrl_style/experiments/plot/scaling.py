@@ -90,7 +90,7 @@ def error_bar_ends(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     return low, high
 
 
-def plot_scaling(rows: list[dict], out: Path, ci: float = 0.95) -> list[Path]:
+def plot_scaling(rows: list[dict], out: Path, ci: float = 0.95, metric: str = RETURN) -> list[Path]:
     """``scaling_<env>.png`` for each env where an architecture has two parameter counts or more."""
     plt = _pyplot()
     from matplotlib import ticker
@@ -120,12 +120,12 @@ def plot_scaling(rows: list[dict], out: Path, ci: float = 0.95) -> list[Path]:
             )
         ax.set_xscale("log")
         ax.set_xlabel("critic parameters (all critics)")
-        ax.set_ylabel(f"final {RETURN.split('/')[-1].replace('_', ' ')}")
+        ax.set_ylabel(f"final {metric}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         bars = band_note(ci).replace("band:", "bars:")
         ax.set_title(
-            f"{env}: final return against critic size\n" + textwrap.fill(f"(mean over seeds; {bars})", 70), fontsize=8
+            f"{env}: final {metric} against critic size\n" + textwrap.fill(f"(mean over seeds; {bars})", 70), fontsize=8
         )
         ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
         ax.xaxis.set_minor_formatter(ticker.NullFormatter())
