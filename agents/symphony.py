@@ -44,15 +44,18 @@ What Symphony puts together, with the defaults of the pinned official code (S3):
   ``--grad-dropout 0`` is S3's setting.
 
 Flags give the alternatives to these choices: ``--sb-map sigmoid`` (S and B as ``(1 + y) / 2``),
-``--grad-dropout 0``, ``--batch-size 256``, ``--bias-correction``, ``--warmup-actions uniform``,
+``--grad-dropout 0``, ``--replay-order s3``, ``--batch-size 256``, ``--bias-correction``, ``--warmup-actions uniform``,
 ``--q-bar-init first-batch``. The target critic is a copy of the critic, gradient dropout included:
 the actor's gradient through ``q'`` is masked the same way.
 
 Differences from the pinned commit (S3 at ``1318d66``), besides gradient dropout above:
 - Replay order: S3 keeps transitions in insertion order and, once full, rolls its tensors by one
   per step (the oldest leaves); when the oldest is terminal it rolls by two, which moves that
-  terminal transition to the newest end, so S3 never drops a terminal transition and they pile up.
-  Here a ring buffer drops the oldest transition, terminal or not. Both weight by the same fading
+  terminal transition to the newest end and drops the second-oldest instead, so terminal
+  transitions pile up (one leaves only from second place behind another).
+  Here a ring buffer drops the oldest transition, terminal or not; ``--replay-order s3`` keeps
+  S3's order (the same transitions stored after every add; S3's buffer also holds, in its newest
+  slot, the one it dropped last, until the next add overwrites it). Both weight by the same fading
   of the relative age (S3 draws with ``torch.multinomial``, here by inverse CDF: the same law).
 - S3's training loop acts with noise only (``a = tanh(N)``) in the last 50 steps of each training
   episode's 1,000-step limit; here the policy acts on every step.
@@ -141,6 +144,9 @@ class Args(RunArgs):
     """warm-up actions: the untrained policy with its noise (official), or uniformly random"""
     fading: str = "tanh"
     """replay weight over age: tanh (Symphony's fading) or uniform (ablation)"""
+    replay_order: Literal["ring", "s3"] = "ring"
+    """which transition a full buffer drops: the oldest (ring), or as the official S3 code, the oldest unless it is
+    terminal, which then moves to the newest end (s3: terminal transitions pile up)"""
     gamma: float = 0.99
     """discount factor"""
     tau: float = 0.005
@@ -531,7 +537,14 @@ if __name__ == "__main__":
     learner = Learner(agent, args, run.autocast, compile=use_compile)
     run.record(compiled_update=use_compile)  # what --compile auto chose, in provenance.json
     obs_shape, act_shape = vec_env.single_observation_space.shape, vec_env.single_action_space.shape
-    rb = FadingReplayBuffer(args.buffer_size, obs_shape, act_shape, device=device, weight_fn=weight_fns[args.fading])
+    rb = FadingReplayBuffer(
+        args.buffer_size,
+        obs_shape,
+        act_shape,
+        device=device,
+        weight_fn=weight_fns[args.fading],
+        keep_terminals=args.replay_order == "s3",
+    )
     if (warning := warm_up_dominance(args, rb)) is not None:
         warnings.warn(warning, RuntimeWarning, stacklevel=1)
     replicate_at: int | None = args.warmup_steps  # step at which the warm-up data fills the buffer

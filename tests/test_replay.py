@@ -227,3 +227,68 @@ def test_fading_draw_on_a_cdf_step_takes_the_next_transition(monkeypatch):
     draws = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64) / 3.0  # cdf[0], cdf[1], cdf[2] exactly
     monkeypatch.setattr(torch, "rand", lambda *args, **kwargs: draws.clone())
     assert buffer.sample(3).rewards.tolist() == [1.0, 2.0, 3.0]
+
+
+def s3_reference_adds(start, stream):
+    """The official S3 buffer's add, as written there, over records ``(reward, terminal)``.
+
+    S3 keeps one slot more than it can use: the last slot holds the transition dropped by the
+    previous add until this add overwrites it. Given ``start`` (oldest first) plus that slot, it
+    writes into the last slot, then rolls by 2 if the oldest is terminal, else by 1. Returns the
+    usable contents after each add, oldest first.
+    """
+    slots = list(start) + [None]
+    states = []
+    for record in stream:
+        slots[-1] = record
+        shift = 2 if slots[0][1] else 1
+        slots = slots[shift:] + slots[:shift]
+        states.append(slots[:-1])
+    return states
+
+
+def test_keep_terminals_matches_the_official_s3_buffer_add_by_add():
+    capacity = 6
+    start = [(float(k), k in (0, 2, 3)) for k in range(capacity)]  # terminals among the oldest, one pair adjacent
+    stream = [(float(k), k % 4 == 0) for k in range(10, 40)]
+    buffer = FadingReplayBuffer(capacity, (1,), (1,), keep_terminals=True)
+    for reward, terminal in start:
+        z = torch.zeros(1, 1)
+        buffer.add(z, z, torch.tensor([reward]), z, torch.tensor([terminal]), torch.tensor([False]))
+    for (reward, terminal), expected in zip(stream, s3_reference_adds(start, stream), strict=True):
+        z = torch.zeros(1, 1)
+        buffer.add(z, z, torch.tensor([reward]), z, torch.tensor([terminal]), torch.tensor([False]))
+        order = buffer.chronological()
+        stored = list(zip(buffer.rewards[order].tolist(), (buffer.terminated[order] > 0).tolist(), strict=True))
+        assert stored == expected
+    # the terminal transitions pile up: 3 of the 6 stored, where dropping the oldest keeps 1 (36)
+    assert int(buffer.terminated.sum()) == 3
+
+
+def test_keep_terminals_by_hand_and_off_by_default():
+    """Capacity 4, oldest first [0 (terminal), 1, 2, 3]; adding 4 drops 1 and puts 0 behind 4."""
+
+    def stored_after(keep):
+        buffer = FadingReplayBuffer(4, (1,), (1,), keep_terminals=keep)
+        z = torch.zeros(1, 1)
+        for k in range(5):
+            buffer.add(z, z, torch.tensor([float(k)]), z, torch.tensor([k == 0]), torch.tensor([False]))
+        return buffer.rewards[buffer.chronological()].tolist()
+
+    assert stored_after(True) == [2.0, 3.0, 4.0, 0.0]
+    assert stored_after(False) == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_keep_terminals_stores_vector_steps_one_transition_at_a_time():
+    buffer = FadingReplayBuffer(4, (1,), (1,), keep_terminals=True)
+    z = torch.zeros(2, 1)
+    buffer.add(z, z, torch.tensor([0.0, 1.0]), z, torch.tensor([True, False]), torch.zeros(2, dtype=torch.bool))
+    buffer.add(z, z, torch.tensor([2.0, 3.0]), z, torch.zeros(2, dtype=torch.bool), torch.zeros(2, dtype=torch.bool))
+    buffer.add(z, z, torch.tensor([4.0, 5.0]), z, torch.zeros(2, dtype=torch.bool), torch.zeros(2, dtype=torch.bool))
+    # 4 drops 1 and recycles 0 behind it: [2, 3, 4, 0]; 5 drops 2: [3, 4, 0, 5]
+    assert buffer.rewards[buffer.chronological()].tolist() == [3.0, 4.0, 0.0, 5.0]
+
+
+def test_keep_terminals_refuses_a_one_transition_buffer():
+    with pytest.raises(ValueError, match="capacity of 2 or more"):
+        FadingReplayBuffer(1, (1,), (1,), keep_terminals=True)

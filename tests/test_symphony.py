@@ -171,6 +171,20 @@ def test_symphony_learns_inverted_pendulum(tmp_path, precision):
     assert evaluate_run(str(tmp_path / "run"), episodes=2).mean() > 50
 
 
+def test_replay_order_s3_reaches_the_buffer_and_keeps_terminal_transitions(tmp_path):
+    """A short InvertedPendulum run (an episode ends by falling every few dozen steps) turning its
+    400-transition buffer over twice: with S3's order more of the stored transitions are terminal."""
+    terminal = {}
+    for order in ("ring", "s3"):
+        flags = ["--env", "InvertedPendulum", "--total-timesteps", "1000", "--warmup-steps", "200", "--buffer-size", "400"]
+        flags += ["--hidden", "16", "--critic-nodes", "4", "--batch-size", "16", "--updates-per-step", "0.2"]
+        flags += ["--eval-episodes", "0", "--save-buffer", "--replay-order", order]
+        run_agent("symphony", *flags, run_dir=tmp_path / order)
+        buffer = load_checkpoint(tmp_path / order / "checkpoint.pt")["buffer"]
+        terminal[order] = int(buffer["terminated"].sum())
+    assert terminal["s3"] > 1.5 * terminal["ring"] > 0, terminal
+
+
 @pytest.mark.slow
 def test_symphony_resumes_a_killed_run(tmp_path):
     run_dir = tmp_path / "run"
@@ -273,6 +287,7 @@ def test_defaults_follow_the_official_code():
     args = sym.Args()
     assert (args.batch_size, args.updates_per_step, args.warmup_steps, args.buffer_size) == (384, 3.0, 10_240, 512_000)
     assert (args.bias_correction, args.grad_dropout, args.sb_map, args.warmup_actions) == (False, 0.5, "abs", "policy")
+    assert args.replay_order == "ring"  # the one difference from S3 kept by default: see the docstring
     agent = sym.Symphony(4, 2, -torch.ones(2), torch.ones(2), sym.Args(hidden=64, critic_nodes=4))
     assert agent.q_bar.item() == 0.0  # Qbar starts at 0
     p = agent.actor.net[3].p

@@ -184,13 +184,44 @@ class FadingReplayBuffer(ReplayBuffer):
     ``i`` counts the ``n`` stored transitions from the oldest (0) to the newest (n - 1), with
     replacement. ``weight_fn`` maps relative ages ``u`` in [0, 1) to non-negative weights;
     the default is :func:`fading_tanh`.
+
+    ``keep_terminals``: the replay order of Symphony's official S3 code. There a full buffer drops
+    its oldest transition on each add unless that one is terminal: a terminal oldest transition
+    moves to the newest end, behind the one just added, and the second-oldest is dropped instead.
+    A terminal transition then leaves only when it is second-oldest behind a terminal one, so they
+    pile up, and each pass through the buffer brings them back to the newest end, where the fading
+    weight draws them most. Off (the default), the oldest is dropped whatever it is.
     """
 
-    def __init__(self, *args, weight_fn: Callable[[torch.Tensor], torch.Tensor] = fading_tanh, **kwargs):
+    def __init__(
+        self,
+        *args,
+        weight_fn: Callable[[torch.Tensor], torch.Tensor] = fading_tanh,
+        keep_terminals: bool = False,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
+        if keep_terminals and self.capacity < 2:
+            raise ValueError(f"keep_terminals needs a capacity of 2 or more, got {self.capacity}")
         self.weight_fn = weight_fn
+        self.keep_terminals = keep_terminals
         self._cdf_size = -1
         self._cdf = torch.empty(0, device=self.device)
+
+    @torch.no_grad()
+    def add(self, obs, actions, rewards, next_obs, terminated, truncated) -> None:
+        if not self.keep_terminals:
+            return super().add(obs, actions, rewards, next_obs, terminated, truncated)
+        fields = (obs, actions, rewards, next_obs, terminated, truncated)
+        for i in range(obs.shape[0]):  # one transition at a time: each add may recycle the oldest
+            recycled = None
+            if self.size == self.capacity and self.terminated[self.pos] > 0:
+                recycled = {name: getattr(self, name)[self.pos].clone() for name in self.FIELDS}
+            super().add(*(field[i : i + 1] for field in fields))  # overwrites the oldest slot
+            if recycled is not None:  # the second-oldest slot takes the terminal one: newest end
+                for name, value in recycled.items():
+                    getattr(self, name)[self.pos] = value
+                self.pos = (self.pos + 1) % self.capacity
 
     def weights(self, n: int | None = None) -> torch.Tensor:
         """Unnormalized weights of ``n`` stored transitions (default: those stored), oldest first, shape ``(n,)``."""
