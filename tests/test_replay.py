@@ -289,6 +289,11 @@ def test_keep_terminals_stores_vector_steps_one_transition_at_a_time():
     assert buffer.rewards[buffer.chronological()].tolist() == [3.0, 4.0, 0.0, 5.0]
 
 
-def test_keep_terminals_refuses_a_one_transition_buffer():
+def test_keep_terminals_refuses_a_one_transition_buffer_and_takes_two():
     with pytest.raises(ValueError, match="capacity of 2 or more"):
         FadingReplayBuffer(1, (1,), (1,), keep_terminals=True)
+    buffer = FadingReplayBuffer(2, (1,), (1,), keep_terminals=True)
+    z = torch.zeros(1, 1)
+    for k in range(3):  # [0 (terminal), 1] + 2: 1 is dropped, 0 moves behind 2
+        buffer.add(z, z, torch.tensor([float(k)]), z, torch.tensor([k == 0]), torch.tensor([False]))
+    assert buffer.rewards[buffer.chronological()].tolist() == [2.0, 0.0]
