@@ -20,6 +20,7 @@ from cleanrl_style.experiments.plot import (
     bootstrap_ci,
     curves_figure,
     curves_on_grid,
+    difference_rows,
     improvement_rows,
     interval_estimate,
     interval_method,
@@ -617,3 +618,26 @@ def test_scaling_rows_put_each_lines_final_return_at_its_parameter_count(tmp_pat
         tmp_path / "other" / "sac_s1", {"env": "Hopper", "seed": 1}, [(1000, 1.0, "charts/episodic_return", 5.0)]
     )
     assert scaling_rows(load_runs([plain])) == []
+
+
+def test_differences_between_lines_resample_each_lines_seeds(tmp_path):
+    # finals 0.95 * c: line "hi" c in {300, ..., 700} (5 seeds), "lo" c in {100, ..., 140} (5), "few" 2 seeds
+    for name, scales in (("hi", [300.0, 400.0, 500.0, 600.0, 700.0]), ("lo", [100.0, 110.0, 120.0, 130.0, 140.0]),
+                         ("few", [200.0, 220.0])):  # fmt: skip
+        for seed, c in enumerate(scales, start=1):
+            rows = [(s, float(s), "charts/episodic_return", c * s / 1000) for s in STEPS]
+            write_run(tmp_path / f"{name}_s{seed}", {"env": "Hopper", "seed": seed, "exp_name": name}, rows)
+    rows = difference_rows(load_runs([tmp_path]), n_boot=500)
+    got = {(r["higher"], r["lower"]): r for r in rows}
+    assert list(got) == [("hi", "few"), ("hi", "lo"), ("few", "lo")]  # each pair once, higher mean first
+    d = got[("hi", "lo")]
+    assert d["difference"] == pytest.approx(0.95 * (500.0 - 120.0))
+    assert (d["seeds_higher"], d["seeds_lower"], d["interval"]) == (5, 5, "95% percentile bootstrap (rliable)")
+    # both lines' seeds resampled: wider than "lo"'s spread alone, within the extreme pairs
+    assert 0.95 * (300 - 140) <= d["ci_low"] < d["difference"] < d["ci_high"] <= 0.95 * (700 - 100)
+    assert d["ci_high"] - d["ci_low"] > 0.95 * 40 * 2
+    few = got[("few", "lo")]
+    assert few["difference"] == pytest.approx(0.95 * (210.0 - 120.0))
+    assert few["interval"] == "none (n < 5)" and np.isnan(few["ci_low"]) and np.isnan(few["ci_high"])
+    written = {p.name for p in make_all(load_runs([tmp_path]), tmp_path / "plots", n_boot=100)}
+    assert {"differences.csv", "differences.md"} <= written

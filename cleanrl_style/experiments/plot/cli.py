@@ -11,6 +11,9 @@ Reads every run under the given folders (a folder with ``progress.csv`` and ``ar
 ``summary.md`` / ``summary.csv``
     the final return of each line on each env (mean over the last ``--final-fraction`` of a run's
     steps), mean, bootstrap CI and IQM over seeds; ``eval/return_mean`` too where runs logged it.
+``differences.md`` / ``.csv`` (two lines or more on an env)
+    every pair of lines on each env: the higher mean final return minus the lower, with a bootstrap
+    interval that resamples each line's seeds on its own (none under 5 seeds in either line).
 ``aggregate.png`` / ``aggregate.csv``
     across envs: each run's final return is min-max normalized per env (over every run plotted),
     then the IQM, median and mean of a line, with stratified bootstrap CIs (seeds resampled within
@@ -86,7 +89,7 @@ from cleanrl_style.experiments.plot.llm import llm_summary_rows, paired_held_out
 from cleanrl_style.experiments.plot.nap import plot_nap
 from cleanrl_style.experiments.plot.reference import with_reference
 from cleanrl_style.experiments.plot.scaling import growth_rows, plot_scaling, scaling_rows
-from cleanrl_style.experiments.plot.stats import MIN_SEEDS_FOR_CI, summary_rows, write_table
+from cleanrl_style.experiments.plot.stats import MIN_SEEDS_FOR_CI, difference_rows, summary_rows, write_table
 from cleanrl_style.experiments.plot.visits import plot_visits, visit_rows
 from cleanrl_style.runs.logger import CSV_NAME
 
@@ -119,6 +122,11 @@ def make_all(
             f"column; none under {MIN_SEEDS_FOR_CI} seeds), range and IQM over seeds)",
         )
         written += [out / "summary.csv", out / "summary.md"]
+    differences = difference_rows(runs, metric, final_fraction, ci, n_boot, seed)
+    if differences:
+        title = f"Differences between lines on each env: higher minus lower mean final {metric}"
+        write_table(differences, out / "differences.csv", out / "differences.md", title)
+        written += [out / "differences.csv", out / "differences.md"]
     agg = aggregate_rows(runs, metric, final_fraction, ci, n_boot, seed)
     if agg:
         write_table(agg, out / "aggregate.csv")
