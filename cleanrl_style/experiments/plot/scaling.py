@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from cleanrl_style.experiments.plot.data import RETURN, RunData, by_label_and_env, file_part, final_value
-from cleanrl_style.experiments.plot.stats import band_note, interval_estimate, interval_method, seed_statistics
+from cleanrl_style.experiments.plot.stats import band_note, mean_difference, seed_statistics
 from cleanrl_style.experiments.plot.style import _colors, _pyplot, save_figure
 
 PARAMETERS = "model/critic_parameters"
@@ -61,9 +61,7 @@ def growth_rows(
     for (a, x), (b, y) in zip(points, points[1:]):
         if (a["env"], a["architecture"]) != (b["env"], b["architecture"]):
             continue
-        gain, low, high = interval_estimate(
-            [y.reshape(-1, 1), x.reshape(-1, 1)], lambda big, small: np.array([big.mean() - small.mean()]), ci, n_boot, seed
-        )
+        gain = mean_difference(y, x, ci, n_boot, seed)  # larger minus smaller
         rows.append(
             {
                 "env": a["env"],
@@ -72,10 +70,8 @@ def growth_rows(
                 "to_parameters": b["critic_parameters"],
                 "seeds_from": len(x),
                 "seeds_to": len(y),
-                "gain": float(gain[0]),
-                "interval": interval_method(min(len(x), len(y)), ci),
-                "ci_low": float(low[0]),
-                "ci_high": float(high[0]),
+                "gain": gain.pop("difference"),
+                **gain,
             }
         )
     return rows

@@ -185,6 +185,20 @@ def summary_rows(
     return rows
 
 
+def mean_difference(higher: np.ndarray, lower: np.ndarray, ci: float = 0.95, n_boot: int = 2000, seed: int = 0) -> dict:
+    """``mean(higher) - mean(lower)`` over two sets of seeds, with the interval's method and ends from a
+    bootstrap that resamples each set on its own (NaN ends where either has under 5 seeds)."""
+    point, low, high = interval_estimate(
+        [np.reshape(higher, (-1, 1)), np.reshape(lower, (-1, 1))],
+        lambda u, v: np.array([u.mean() - v.mean()]),
+        ci,
+        n_boot,
+        seed,
+    )
+    method = interval_method(min(len(higher), len(lower)), ci)
+    return {"difference": float(point[0]), "interval": method, "ci_low": float(low[0]), "ci_high": float(high[0])}
+
+
 def difference_rows(
     runs: list[RunData], metric: str = RETURN, final_fraction: float = 0.1, ci: float = 0.95, n_boot: int = 2000, seed: int = 0
 ) -> list[dict]:
@@ -203,22 +217,8 @@ def difference_rows(
         for i, x in enumerate(labels):
             for y in labels[i + 1 :]:
                 a, b = lines[x], lines[y]
-                point, low, high = interval_estimate(
-                    [a.reshape(-1, 1), b.reshape(-1, 1)], lambda u, v: np.array([u.mean() - v.mean()]), ci, n_boot, seed
-                )
-                rows.append(
-                    {
-                        "env": env,
-                        "higher": x,
-                        "lower": y,
-                        "seeds_higher": len(a),
-                        "seeds_lower": len(b),
-                        "difference": float(point[0]),
-                        "interval": interval_method(min(len(a), len(b)), ci),
-                        "ci_low": float(low[0]),
-                        "ci_high": float(high[0]),
-                    }
-                )
+                head = {"env": env, "higher": x, "lower": y, "seeds_higher": len(a), "seeds_lower": len(b)}
+                rows.append(head | mean_difference(a, b, ci, n_boot, seed))
     return rows
 
 
