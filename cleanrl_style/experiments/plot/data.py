@@ -67,6 +67,11 @@ def final_value(series: np.ndarray, fraction: float = 0.1) -> float:
     return float(window.mean()) if len(window) else float(values[-1])
 
 
+def final_values(group: list[RunData], metric: str, fraction: float = 0.1) -> np.ndarray:
+    """:func:`final_value` of ``metric`` for each run of ``group`` that logged it, shape ``(runs,)``."""
+    return np.array([final_value(r.series[metric], fraction) for r in group if metric in r.series])
+
+
 def smooth(values: np.ndarray, window: int) -> np.ndarray:
     """Trailing moving average over ``window`` points (shorter at the start)."""
     if window <= 1:

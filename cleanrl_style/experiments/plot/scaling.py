@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cleanrl_style.experiments.plot.data import RETURN, RunData, by_label_and_env, file_part, final_value
+from cleanrl_style.experiments.plot.data import RETURN, RunData, by_label_and_env, file_part, final_values
 from cleanrl_style.experiments.plot.stats import band_note, mean_difference, seed_statistics
 from cleanrl_style.experiments.plot.style import _colors, _pyplot, save_figure
 
@@ -34,7 +34,7 @@ def _points(runs: list[RunData], metric: str, final_fraction: float) -> list[tup
             "architecture": str(group[0].args.get("encoder", group[0].args.get("exp_name", label))),
             "critic_parameters": int(group[0].series[PARAMETERS][0, 2]),
         }
-        points.append((key, np.array([final_value(r.series[metric], final_fraction) for r in group])))
+        points.append((key, final_values(group, metric, final_fraction)))
     return sorted(points, key=lambda p: (p[0]["env"], p[0]["architecture"], p[0]["critic_parameters"]))
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cleanrl_style.experiments.plot.data import RETURN, RunData, by_label_and_env, final_value
+from cleanrl_style.experiments.plot.data import RETURN, RunData, by_label_and_env, final_values
 
 # ----- statistics (rliable) -----------------------------------------------------------------------
 # Every aggregate and interval comes from rliable (Agarwal et al., 2021, "Deep Reinforcement Learning
@@ -173,7 +173,7 @@ def summary_rows(
     ``interval`` column names the method), the seeds' lowest and highest, and the IQM."""
     rows = []
     for (label, env), group in by_label_and_env(runs).items():
-        finals = np.array([final_value(r.series[metric], final_fraction) for r in group if metric in r.series])
+        finals = final_values(group, metric, final_fraction)
         if not len(finals):
             continue
         steps = max(r.series[metric][:, 0].max() for r in group if metric in r.series)
@@ -208,9 +208,9 @@ def difference_rows(
     scored higher; two lines' own intervals can overlap while this one stays above zero."""
     finals: dict[str, dict[str, np.ndarray]] = {}
     for (label, env), group in by_label_and_env(runs).items():
-        values = [final_value(r.series[metric], final_fraction) for r in group if metric in r.series]
-        if values:
-            finals.setdefault(env, {})[label] = np.array(values)
+        values = final_values(group, metric, final_fraction)
+        if len(values):
+            finals.setdefault(env, {})[label] = values
     rows = []
     for env, lines in finals.items():
         labels = sorted(lines, key=lambda lab: (-lines[lab].mean(), lab))
