@@ -641,3 +641,16 @@ def test_differences_between_lines_resample_each_lines_seeds(tmp_path):
     assert few["interval"] == "none (n < 5)" and np.isnan(few["ci_low"]) and np.isnan(few["ci_high"])
     written = {p.name for p in make_all(load_runs([tmp_path]), tmp_path / "plots", n_boot=100)}
     assert {"differences.csv", "differences.md"} <= written
+
+
+def test_mean_difference_resamples_both_sets_of_seeds():
+    """Two sets of seeds with the same spread: resampling both widens the interval by about sqrt(2)
+    over one set's own interval; resampling either set alone would not."""
+    from cleanrl_style.experiments.plot.stats import mean_difference
+
+    higher, lower = np.array([300.0, 400.0, 500.0, 600.0, 700.0]), np.array([0.0, 100.0, 200.0, 300.0, 400.0])
+    d = mean_difference(higher, lower, n_boot=2000)
+    assert d["difference"] == pytest.approx(300.0)
+    low, high = bootstrap_ci(higher, n_boot=2000)
+    assert d["ci_high"] - d["ci_low"] > 1.25 * (high - low)
+    assert d["ci_low"] < 300.0 < d["ci_high"]
