@@ -474,6 +474,7 @@ if __name__ == "__main__":
         device=device,
         seed=args.seed + run.start_step,
         action_repeat=action_repeat,
+        num_threads=args.env_threads,
     )
     agent = make_agent(args, vec_env)
     # auto: measured on the CPU only (benchmarks/README.md); on a GPU --compile on asks for it

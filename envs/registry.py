@@ -89,6 +89,8 @@ class Backend:
     auto_on: Callable[[torch.device], bool] = lambda device: True
     # Whether its factory takes ``action_repeat=k`` (envs/action_repeat.py).
     repeats_actions: bool = False
+    # Whether its factory takes ``num_threads=n``: it steps the sub-environments on a thread pool.
+    takes_threads: bool = False
 
     def installed(self) -> bool:
         return importlib.util.find_spec(self.module) is not None
@@ -101,13 +103,16 @@ class _BuiltinBackend(NamedTuple):
     supports: str | None  # its ``supports(env_id) -> bool`` function; None: any registered env
     cuda_only: bool = False  # ``auto`` picks it only on CUDA
     repeats_actions: bool = False  # its env class takes ``action_repeat=k``
+    takes_threads: bool = False  # its env class takes ``num_threads=n`` (a thread pool steps the envs)
 
 
 # The built-in backends as one table; ``_lazy`` imports a backend's module only when it is used.
 _BUILTIN_BACKENDS: dict[str, _BuiltinBackend] = {
     "gymnasium": _BuiltinBackend("gymnasium", "envs.gymnasium_backend", "GymnasiumVectorEnv", None, repeats_actions=True),
-    "mujoco": _BuiltinBackend("mujoco", "envs.mujoco_backend", "MujocoBatchVectorEnv", "mujoco_batch_supports"),
-    "envpool": _BuiltinBackend("envpool", "envs.envpool_backend", "EnvpoolVectorEnv", "envpool_supports"),
+    "mujoco": _BuiltinBackend(
+        "mujoco", "envs.mujoco_backend", "MujocoBatchVectorEnv", "mujoco_batch_supports", takes_threads=True
+    ),
+    "envpool": _BuiltinBackend("envpool", "envs.envpool_backend", "EnvpoolVectorEnv", "envpool_supports", takes_threads=True),
     "warp": _BuiltinBackend("mujoco_warp", "envs.warp_backend", "WarpVectorEnv", "warp_supports", cuda_only=True),
 }
 
@@ -124,9 +129,8 @@ def _builtin_backend(name: str, spec: _BuiltinBackend) -> Backend:
     def supports(env_id: str, device: torch.device) -> bool:
         return spec.supports is None or bool(_lazy(spec.module, spec.supports)(env_id))
 
-    if spec.cuda_only:
-        return Backend(name, spec.package, factory, supports, lambda device: device.type == "cuda", spec.repeats_actions)
-    return Backend(name, spec.package, factory, supports, repeats_actions=spec.repeats_actions)
+    auto_on = (lambda device: device.type == "cuda") if spec.cuda_only else (lambda device: True)
+    return Backend(name, spec.package, factory, supports, auto_on, spec.repeats_actions, spec.takes_threads)
 
 
 BACKENDS: dict[str, Backend] = {name: _builtin_backend(name, spec) for name, spec in _BUILTIN_BACKENDS.items()}
@@ -161,6 +165,7 @@ def make(
     seed: int | None = None,
     nonfinite_actions: str = "raise",
     action_repeat: int = 1,
+    num_threads: int = 0,
     **kwargs,
 ) -> TorchVectorEnv:
     """Make a torch-native vector env (contract in :mod:`envs.core`).
@@ -176,6 +181,8 @@ def make(
             the sub-environments; ``clip``: NaN becomes 0 and inf the bound (see :mod:`envs.core`).
         action_repeat: simulator steps per ``step()``, each with the same action, rewards summed,
             stopping where an episode ends (:mod:`envs.action_repeat`); on the ``gymnasium`` backend.
+        num_threads: threads that step the sub-environments, on the backends that run them on a
+            thread pool (``mujoco``, ``envpool``); 0: the backend's default, one per CPU.
         kwargs: passed to the backend (Gymnasium: ``vectorization`` and the env's own kwargs).
     """
     if not isinstance(num_envs, int) or num_envs < 1:
@@ -184,6 +191,8 @@ def make(
         raise EnvRequestError(f"nonfinite_actions must be one of {NONFINITE_ACTION_RULES}, got {nonfinite_actions!r}")
     if isinstance(action_repeat, bool) or not isinstance(action_repeat, int) or action_repeat < 1:
         raise EnvRequestError(f"action_repeat must be a positive integer (1: no repeat), got {action_repeat!r}")
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 0:
+        raise EnvRequestError(f"num_threads must be a non-negative integer (0: one per CPU), got {num_threads!r}")
     full_id = resolve_env_id(env_id)
     device = torch.device(device)
     if backend == "auto":
@@ -208,6 +217,14 @@ def make(
                 "Use backend='gymnasium' (any registered env) or backend='auto', or action_repeat=1."
             )
         kwargs["action_repeat"] = action_repeat
+    if chosen.takes_threads:
+        kwargs["num_threads"] = num_threads
+    elif num_threads:
+        threaded = ", ".join(name for name, b in BACKENDS.items() if b.takes_threads)
+        raise EnvRequestError(
+            f"Backend {backend!r} has no thread pool to size (num_threads={num_threads}); only {threaded} do. "
+            "Leave num_threads at 0 (--env-threads 0), or pick one of those backends."
+        )
     vec_env = chosen.factory(full_id, num_envs, device, seed, **kwargs)
     vec_env.nonfinite_actions = nonfinite_actions
     return vec_env

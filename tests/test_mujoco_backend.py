@@ -93,3 +93,19 @@ def test_set_state_reproduces_gymnasiums_observation():
     plain.set_state(qpos, qvel)
     obs = ours.set_state(np.stack([qpos, qpos]), np.stack([qvel, qvel]))
     np.testing.assert_array_equal(obs.numpy(), np.stack([plain._get_obs()] * 2).astype(np.float32))
+
+
+def test_num_threads_sizes_the_pool_and_keeps_the_trajectory():
+    """One thread or two step the same simulations; other backends refuse a pool size they lack."""
+    actions = torch.from_numpy(np.random.default_rng(0).uniform(-0.4, 0.4, (20, 3, 3)).astype(np.float32))
+    trajectories = []
+    for threads in (1, 2):
+        vec = envs.make("Hopper", 3, backend="mujoco", seed=5, num_threads=threads)
+        assert vec.num_threads == threads
+        observations = [vec.reset()[0]] + [vec.step(action)[0] for action in actions]
+        trajectories.append(torch.stack(observations))
+    torch.testing.assert_close(trajectories[0], trajectories[1], rtol=0, atol=0)
+    with pytest.raises(envs.EnvRequestError, match="'gymnasium' has no thread pool.*mujoco, envpool"):
+        envs.make("Hopper", 1, backend="gymnasium", num_threads=1)
+    with pytest.raises(envs.EnvRequestError, match="non-negative integer"):
+        envs.make("Hopper", 1, backend="mujoco", num_threads=-1)

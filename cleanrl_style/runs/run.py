@@ -104,7 +104,7 @@ class BaseRunArgs:
     # from the saved run's is refused. A larger --total-timesteps extends a run.
     resume_may_change: ClassVar[frozenset[str]] = frozenset(
         {"total_timesteps", "checkpoint_every", "eval_episodes", "progress_bar", "progress_every", "torch_threads", "device",
-         "backend", "compile", "track", "wandb_project", "capture_video", "video_every", "video_size", "resume",
+         "backend", "env_threads", "compile", "track", "wandb_project", "capture_video", "video_every", "video_size", "resume",
          "trust_checkpoint", "eval_every"}
     )  # fmt: skip
 
@@ -117,6 +117,9 @@ class RunArgs(BaseRunArgs):
     """number of parallel sub-environments"""
     backend: str = "auto"
     """vector-env backend: auto (the fastest that supports the env), gymnasium, mujoco, envpool, warp"""
+    env_threads: int = 0
+    """threads that step the sub-environments on the backends with a thread pool (mujoco, envpool);
+    0: one per CPU. 1 keeps the physics on one core (for a one-core comparison with a serial peer)"""
     capture_video: bool = False
     """film the deterministic policy into runs/<run>/videos/*.mp4 and TensorBoard: at the start, every
     --video-every training episodes, and at the end (off-screen MuJoCo rendering, MUJOCO_GL=egl by default)"""
