@@ -6,7 +6,9 @@
 Both use the same rollout (8 envs x 256 steps), 32 minibatches, 10 epochs, 64x64 tanh networks,
 observation and reward normalization, and one torch thread (SB3 is slower with more on 2 cores:
 ``--sb3-threads 0`` measures its default). Ours runs with its defaults otherwise (LayerNorm, NaP,
-the fastest backend); SB3 with its DummyVecEnv over Gymnasium envs, as its users run it.
+the fastest backend); SB3 with its DummyVecEnv over Gymnasium envs, as its users run it. Ours'
+default backend for Humanoid, ``mujoco``, steps the 8 simulations on one thread per CPU while
+SB3 steps them serially; ``--env-threads 0 1`` also times ours with the physics on one thread.
 
 Two figures per contender:
 
@@ -18,11 +20,21 @@ Two figures per contender:
 
 The machine's speed drifts by 10-20% over minutes (a shared host), so ``--repeats`` alternates
 the contenders and the ratios of each pair are reported with their median.
+
+A third contender, LeanRL's compiled PPO (``leanrl/ppo_continuous_action_torchcompile.py`` of
+pytorch-labs/LeanRL, CleanRL's PPO with ``torch.compile``), runs in the same rounds when
+``--leanrl`` names a checkout of it and ``--leanrl-python`` an interpreter with its requirements
+(it is not vendored here). It runs with ``--compile --no-cuda`` on the same shapes and one torch
+thread, on Gymnasium's own vector env (its ``gymnasium`` version's newest Humanoid, v4 under
+gymnasium 0.29). Its **steady** figure is the one it prints itself (steps / time after its first
+two iterations, its ``measure_burnin``), which needs at least 10 iterations; its **window** is the
+whole process, interpreter start and imports included, so it flatters neither side.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -52,9 +64,18 @@ class Args:
     """ours' --compile (auto: compiled for runs of 500k steps or more, as agents/ppo_nap.py decides)"""
     repeats: int = 1
     """alternate ours and SB3 this many times"""
+    env_threads: tuple[int, ...] = (0,)
+    """ours' --env-threads, one run each per round (0: one physics thread per CPU, the default; 1:
+    the physics on one core, as SB3's serial DummyVecEnv)"""
+    leanrl: Path | None = None
+    """a checkout of pytorch-labs/LeanRL: also time its compiled PPO in each round"""
+    leanrl_python: str = sys.executable
+    """the Python that runs LeanRL (its own environment: tensordict, a gymnasium with MuJoCo v4 envs)"""
+    leanrl_env: str = "Humanoid-v4"
+    """the env id LeanRL's gymnasium knows"""
 
 
-def ours_sps(args: Args) -> tuple[float, float, float]:
+def ours_sps(args: Args, env_threads: int) -> tuple[float, float, float]:
     """(window SPS, steady SPS, whole-process SPS) of one run of agents/ppo_nap.py."""
     from cleanrl_style.runs.logger import read_progress
 
@@ -76,6 +97,8 @@ def ours_sps(args: Args) -> tuple[float, float, float]:
             str(run_dir),
             "--compile",
             args.compile,
+            "--env-threads",
+            str(env_threads),
         ]
         start = time.perf_counter()
         subprocess.run(cmd, check=True, cwd=tmp)
@@ -135,31 +158,91 @@ def sb3_sps(args: Args) -> tuple[float, float]:
     return args.total_timesteps / (end - start), (args.total_timesteps - BATCH) / (end - clock.starts[1])
 
 
+def leanrl_sps(args: Args) -> tuple[float, float]:
+    """(whole-process SPS, LeanRL's own steady SPS) of one run of its compiled PPO script."""
+    assert args.leanrl is not None
+    script = args.leanrl / "leanrl" / "ppo_continuous_action_torchcompile.py"
+    if not script.is_file():
+        raise SystemExit(f"--leanrl {args.leanrl}: no {script.relative_to(args.leanrl)} there; point it at a LeanRL checkout")
+    cmd = [
+        args.leanrl_python,
+        str(script),
+        "--env-id",
+        args.leanrl_env,
+        "--num-envs",
+        "8",
+        "--num-steps",
+        "256",
+        "--total-timesteps",
+        str(args.total_timesteps),
+        "--compile",
+        "--no-cuda",
+    ]
+    # One torch thread as the other two; wandb stays off the network.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        done = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
+        whole_process = time.perf_counter() - start
+    if done.returncode:
+        raise SystemExit(f"LeanRL's PPO failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    speeds = re.findall(r"speed:\s*([0-9.]+) sps", done.stderr)
+    if not speeds:
+        raise SystemExit("LeanRL's PPO printed no speed: --total-timesteps must give it at least 10 iterations")
+    return args.total_timesteps / whole_process, float(speeds[-1])
+
+
 if __name__ == "__main__":
     args = tyro.cli(Args)
     if args.total_timesteps % BATCH or args.total_timesteps < 2 * BATCH:
         raise SystemExit(f"--total-timesteps must be a multiple of {BATCH} and at least {2 * BATCH}")
+    if args.leanrl is not None and args.total_timesteps < 10 * BATCH:
+        limit = 10 * BATCH  # LeanRL prints its speed every 10 iterations
+        raise SystemExit(f"--leanrl needs --total-timesteps of at least {limit}: raise it")
     os.environ.setdefault("MUJOCO_GL", "disable")
-    name = f"ppo_nap.py --compile {args.compile}"
-    window_ratios, steady_ratios = [], []
+    names = {t: f"ppo_nap.py, {t or 'all'} env thread(s)" for t in args.env_threads}
+    window_ratios: dict[int, list[float]] = {t: [] for t in args.env_threads}
+    steady_ratios: dict[int, list[float]] = {t: [] for t in args.env_threads}
+    leanrl_ratios: dict[int, list[float]] = {t: [] for t in args.env_threads}
     for repeat in range(args.repeats):
-        ours, ours_steady, ours_process = ours_sps(args)
-        print(
-            f"[{repeat + 1}] {name:26s} {args.env}: window {ours:6.0f} SPS   steady {ours_steady:6.0f} SPS   "
-            f"({ours_process:.0f} SPS counting interpreter start and imports)",
-            flush=True,
-        )
+        ours = {}
+        for threads in args.env_threads:
+            ours[threads] = ours_sps(args, threads)
+            window, steady, process = ours[threads]
+            print(
+                f"[{repeat + 1}] {names[threads]:32s} {args.env}: window {window:6.0f} SPS   steady {steady:6.0f} SPS   "
+                f"({process:.0f} SPS counting interpreter start and imports)",
+                flush=True,
+            )
         theirs, theirs_steady = sb3_sps(args)
         print(
-            f"[{repeat + 1}] {'SB3 PPO':26s} {args.env}: window {theirs:6.0f} SPS   steady {theirs_steady:6.0f} SPS",
+            f"[{repeat + 1}] {'SB3 PPO':32s} {args.env}: window {theirs:6.0f} SPS   steady {theirs_steady:6.0f} SPS",
             flush=True,
         )
-        window_ratios.append(ours / theirs)
-        steady_ratios.append(ours_steady / theirs_steady)
-        print(f"[{repeat + 1}] ratio ours/SB3: window {window_ratios[-1]:.2f}x   steady {steady_ratios[-1]:.2f}x", flush=True)
+        lean_steady = None
+        if args.leanrl is not None:
+            lean, lean_steady = leanrl_sps(args)
+            print(
+                f"[{repeat + 1}] {'LeanRL PPO (compiled)':32s} {args.leanrl_env}: whole process {lean:6.0f} SPS   "
+                f"steady {lean_steady:6.0f} SPS (its own figure, after 2 iterations)",
+                flush=True,
+            )
+        for threads, (window, steady, _) in ours.items():
+            window_ratios[threads].append(window / theirs)
+            steady_ratios[threads].append(steady / theirs_steady)
+            line = f"window {window_ratios[threads][-1]:.2f}x   steady {steady_ratios[threads][-1]:.2f}x"
+            if lean_steady is not None:
+                leanrl_ratios[threads].append(steady / lean_steady)
+                line += f"   ours/LeanRL steady {leanrl_ratios[threads][-1]:.2f}x"
+            print(f"[{repeat + 1}] {names[threads]} / SB3: {line}", flush=True)
     fmt = lambda ratios: ", ".join(f"{r:.2f}" for r in ratios)  # noqa: E731
-    print(
-        f"ratio ours/SB3 over {args.repeats} pair(s), {args.total_timesteps} steps each: "
-        f"window median {statistics.median(window_ratios):.2f}x ({fmt(window_ratios)}), "
-        f"steady median {statistics.median(steady_ratios):.2f}x ({fmt(steady_ratios)})"
-    )
+    for threads in args.env_threads:
+        window, steady = window_ratios[threads], steady_ratios[threads]
+        print(
+            f"{names[threads]} / SB3 over {args.repeats} pair(s), {args.total_timesteps} steps each: "
+            f"window median {statistics.median(window):.2f}x ({fmt(window)}), "
+            f"steady median {statistics.median(steady):.2f}x ({fmt(steady)})"
+        )
+        if leanrl_ratios[threads]:
+            lean = leanrl_ratios[threads]
+            print(f"{names[threads]} / LeanRL (steady): median {statistics.median(lean):.2f}x ({fmt(lean)})")
