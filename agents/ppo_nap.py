@@ -310,14 +310,7 @@ if __name__ == "__main__":
     run = Run(tyro.cli(Args), agent_file=__file__)
     args, device = run.args, run.device
 
-    vec_env = envs.make(
-        args.env,
-        args.num_envs,
-        backend=args.backend,
-        device=device,
-        seed=args.seed + run.start_step,
-        num_threads=args.env_threads,
-    )
+    vec_env = run.make_vector_env()
     obs_dim = vec_env.single_observation_space.shape[0]
     act_dim = vec_env.single_action_space.shape[0]
     agent = make_agent(args, vec_env)

@@ -418,14 +418,7 @@ if __name__ == "__main__":
     run = Run(tyro.cli(Args), agent_file=__file__)
     args, device = run.args, run.device
 
-    vec_env = envs.make(
-        args.env,
-        args.num_envs,
-        backend=args.backend,
-        device=device,
-        seed=args.seed + run.start_step,
-        num_threads=args.env_threads,
-    )
+    vec_env = run.make_vector_env()
     agent = make_agent(args, vec_env)
     # auto: measured on the CPU only (benchmarks/README.md); elsewhere --compile on asks for it
     long_run = args.total_timesteps >= COMPILE_FROM_STEPS

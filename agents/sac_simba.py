@@ -467,15 +467,7 @@ if __name__ == "__main__":
     # global_step counts simulator steps, as the official code: num_envs x action_repeat per agent step.
     steps_per_iteration = args.num_envs * action_repeat
 
-    vec_env = envs.make(
-        args.env,
-        args.num_envs,
-        backend=args.backend,
-        device=device,
-        seed=args.seed + run.start_step,
-        action_repeat=action_repeat,
-        num_threads=args.env_threads,
-    )
+    vec_env = run.make_vector_env(action_repeat=action_repeat)
     agent = make_agent(args, vec_env)
     # auto: measured on the CPU only (benchmarks/README.md); on a GPU --compile on asks for it
     long_run = args.total_timesteps >= COMPILE_FROM_STEPS

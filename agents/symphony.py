@@ -531,14 +531,7 @@ if __name__ == "__main__":
     if args.fading not in weight_fns:
         raise SystemExit(f"--fading must be one of {', '.join(weight_fns)}, got {args.fading!r}")
 
-    vec_env = envs.make(
-        args.env,
-        args.num_envs,
-        backend=args.backend,
-        device=device,
-        seed=args.seed + run.start_step,
-        num_threads=args.env_threads,
-    )
+    vec_env = run.make_vector_env()
     agent = make_agent(args, vec_env)
     use_compile = args.compile == "on" or (args.compile == "auto" and args.total_timesteps >= COMPILE_FROM_STEPS)
     learner = Learner(agent, args, run.autocast, compile=use_compile)

@@ -382,6 +382,25 @@ class Run:
         ``run.record(compiled_update=True)`` (what ``--compile auto`` chose)."""
         provenance.update_last_record(self.dir, fields)
 
+    def make_vector_env(self, **kwargs: Any) -> Any:
+        """The training env from the run's flags: ``envs.make`` with --env, --num-envs, --backend,
+        --env-threads, the run's device, and seed ``--seed`` plus the steps done (so a resumed run's
+        envs do not replay the first episodes). ``kwargs`` go to ``envs.make`` (e.g. ``action_repeat``)."""
+        import envs  # imported on use: the language-model agents' runs make no vector env
+
+        args = self.args
+        if not isinstance(args, RunArgs):
+            raise TypeError(f"make_vector_env needs an agent's RunArgs (--num-envs, --backend), got {type(args).__name__}")
+        return envs.make(
+            args.env,
+            args.num_envs,
+            backend=args.backend,
+            device=self.device,
+            seed=args.seed + self.start_step,
+            num_threads=args.env_threads,
+            **kwargs,
+        )
+
     def watch(self, policy: torch.nn.Module, vec_env: Any) -> None:
         """The live policy (its ``act(obs)``) and the training env (its ``episodes_finished``), for
         --capture-video: the policy is filmed now (unless the run resumes) and after every --video-every
