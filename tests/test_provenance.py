@@ -48,3 +48,14 @@ def test_the_run_records_whether_its_update_is_compiled(tmp_path):
     run_agent("sac_nap", *common, "--total-timesteps", "60", "--eval-episodes", "0", "--compile", "off", run_dir=run_dir)
     records = json.loads((run_dir / provenance.FILE_NAME).read_text())
     assert records[-1]["compiled_update"] is False and records[-1]["backend"]
+
+
+def test_env_threads_reaches_the_training_env(tmp_path):
+    from agent_runs import run_agent
+
+    run_dir = tmp_path / "run"
+    tiny = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "1", "--update-epochs", "1"]
+    flags = ["--env", "Hopper", "--backend", "mujoco", "--env-threads", "1", "--total-timesteps", "32", "--eval-episodes", "0"]
+    run_agent("ppo_nap", *tiny, *flags, "--compile", "off", run_dir=run_dir)
+    records = json.loads((run_dir / provenance.FILE_NAME).read_text())
+    assert records[-1]["backend"] == "mujoco" and records[-1]["env_threads"] == 1
