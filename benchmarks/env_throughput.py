@@ -8,6 +8,7 @@ machine's physics throughput it delivers.
     python benchmarks/env_throughput.py                              # Humanoid, all backends, CPU
     python benchmarks/env_throughput.py --num-envs 1024 8192 --device cuda --backends warp
     python benchmarks/env_throughput.py --markdown benchmarks/README.md
+    python benchmarks/env_throughput.py --num-envs 8 --backends mujoco --env-threads 1   # physics on one core
 
 Steps are env steps summed over sub-environments (one env step = ``frame_skip`` physics steps).
 """
@@ -26,9 +27,13 @@ import torch
 import envs
 
 
-def measure_backend(backend: str, env_id: str, num_envs: int, device: str, seconds: float, min_steps: int) -> float:
-    """Env steps/s of ``backend`` with uniform random actions (creation and first steps excluded)."""
-    env = envs.make(env_id, num_envs=num_envs, backend=backend, device=device, seed=0)
+def measure_backend(
+    backend: str, env_id: str, num_envs: int, device: str, seconds: float, min_steps: int, threads: int = 0
+) -> float:
+    """Env steps/s of ``backend`` with uniform random actions (creation and first steps excluded).
+    ``threads`` sizes the thread pool of the backends that have one (0: one per CPU)."""
+    threaded = envs.BACKENDS[backend].takes_threads
+    env = envs.make(env_id, num_envs=num_envs, backend=backend, device=device, seed=0, num_threads=threads if threaded else 0)
     try:
         env.reset()
         low, high = env.action_low, env.action_high
@@ -51,14 +56,15 @@ def measure_backend(backend: str, env_id: str, num_envs: int, device: str, secon
         env.close()
 
 
-def measure_mujoco_batch(env_id: str, num_envs: int, seconds: float, min_steps: int) -> float:
-    """Env steps/s of raw physics: mujoco.batch.Batch on all cores, Gymnasium's model and frame skip."""
+def measure_mujoco_batch(env_id: str, num_envs: int, seconds: float, min_steps: int, threads: int = 0) -> float:
+    """Env steps/s of raw physics: mujoco.batch.Batch on ``threads`` threads (0: all cores), Gymnasium's
+    model and frame skip."""
     from mujoco.batch import Batch
 
     gym_env = gym.make(env_id).unwrapped
     model, frame_skip = gym_env.model, gym_env.frame_skip
     healthy_z = getattr(gym_env, "_healthy_z_range", None)
-    batch = Batch(model, num_envs, nthread=0)
+    batch = Batch(model, num_envs, nthread=threads)
     batch.reset()
     ctrl, qpos = batch.bind("ctrl"), batch.bind("qpos")
     low, high = model.actuator_ctrlrange[:, 0], model.actuator_ctrlrange[:, 1]
@@ -89,6 +95,12 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="torch device of the env tensors (warp runs there too)")
     parser.add_argument("--seconds", type=float, default=3.0, help="measuring time per configuration")
     parser.add_argument("--min-steps", type=int, default=3, help="at least this many vector steps per configuration")
+    parser.add_argument(
+        "--env-threads",
+        type=int,
+        default=0,
+        help="threads of the backends with a thread pool and of the ceiling (0: all cores)",
+    )
     parser.add_argument("--no-ceiling", action="store_true", help="skip the mujoco.batch ceiling")
     parser.add_argument("--markdown", default="", help="also write the table, as Markdown, to this file")
     args = parser.parse_args()
@@ -100,9 +112,9 @@ def main() -> None:
     for n in args.num_envs:
         row = {"num_envs": n}
         if not args.no_ceiling:
-            row["mujoco.batch"] = measure_mujoco_batch(env_id, n, args.seconds, args.min_steps)
+            row["mujoco.batch"] = measure_mujoco_batch(env_id, n, args.seconds, args.min_steps, args.env_threads)
         for backend in backends:
-            row[backend] = measure_backend(backend, env_id, n, args.device, args.seconds, args.min_steps)
+            row[backend] = measure_backend(backend, env_id, n, args.device, args.seconds, args.min_steps, args.env_threads)
         rows.append(row)
         print(format_row(row, backends, args.no_ceiling), flush=True)
 
