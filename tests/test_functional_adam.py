@@ -119,3 +119,17 @@ def test_project_spans_equals_the_projector_on_an_ensemble():
     for ours, ref in zip(critic.parameters(), reference.parameters()):
         torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(flat.param, before)  # the noise took the groups off their norms
+
+
+def test_project_spans_scales_only_its_spans_by_hand():
+    # Group 0: one span [1, 3) to norm 1; group 1: spans [4, 5) and [5, 6) together to norm 2.
+    # Elements 0 and 3 lie outside every span and keep their values exactly.
+    flat = torch.tensor([1.0, 2.0, 3.0, 4.0, 3.0, 4.0, 7.0])
+    project_spans_(flat, [(((1, 2),), 1.0), (((4, 1), (5, 1)), 2.0)])
+    s13 = 13**0.5
+    torch.testing.assert_close(flat, torch.tensor([1.0, 2 / s13, 3 / s13, 4.0, 1.2, 1.6, 7.0]))
+
+
+def test_project_spans_refuses_overlapping_spans():
+    with pytest.raises(ValueError, match="overlaps"):
+        project_spans_(torch.ones(6), [(((0, 3),), 1.0), (((2, 2),), 1.0)])
