@@ -2,6 +2,7 @@
 
     python benchmarks/ppo_profile.py                       # Humanoid, 8 envs x 256 steps, 32 minibatches x 10 epochs
     python benchmarks/ppo_profile.py --env Ant --rounds 3
+    python benchmarks/ppo_profile.py --in-loop             # the same parts timed inside one run of the agent
 
 Each part of one iteration of ``agents/ppo_nap.py`` at its defaults is timed on its own, with the
 agent's own classes and backend, one torch thread, in alternating rounds (``benchmarks/timing.py``):
@@ -19,21 +20,36 @@ The figures are seconds per iteration (2,048 steps at the defaults) (the minibat
 rounds, and the time of each variant's first step (the compile, where there is one; a warm
 inductor cache in the user's temp folder shortens it). Random minibatches: the cost of a step does
 not depend on the data.
+
+``--in-loop`` answers the other question, where the time of the agent's own loop goes, parts in
+isolation leaving out what they do to each other's caches: it runs ``agents/ppo_nap.py`` itself
+(``--total-timesteps``, ``--compile``, ``--env-threads`` passed on) in this process with timers
+around the vector env's ``step`` (and inside it the backend's ``_step``, MuJoCo's ``Batch.step``,
+the task's reward and observation code and ``mj_rnePostConstraint``), the running normalizations
+and the learner's minibatch step (when compiled), and prints seconds per iteration from the end of
+the first iteration (the compile) to the end of the run, the remainder listed as the rest of the loop::
+
+    python benchmarks/ppo_profile.py --in-loop --total-timesteps 49152 --compile on
 """
 
 from __future__ import annotations
 
+import collections
+import runpy
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 import tyro
 
+REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(REPO))
 
 from timing import alternating_rounds  # noqa: E402
 
@@ -50,6 +66,14 @@ class Args:
     """the agent's vector-env backend"""
     rounds: int = 5
     """alternating rounds"""
+    in_loop: bool = False
+    """time the parts inside one run of the agent instead (see the module docstring)"""
+    total_timesteps: int = 49152
+    """--in-loop: the run's length"""
+    compile: Literal["on", "off"] = "on"
+    """--in-loop: the agent's --compile"""
+    env_threads: int = 0
+    """--in-loop: the agent's --env-threads (0: one per CPU)"""
 
 
 def main(args: Args) -> None:
@@ -137,5 +161,91 @@ def main(args: Args) -> None:
     print(f"first minibatch step (the compile, where there is one): {firsts}")
 
 
+def in_loop(args: Args) -> None:
+    import cleanrl_style
+    import envs.core
+    import envs.mujoco_backend
+    import envs.mujoco_tasks
+    from cleanrl_style.blocks import normalization
+
+    totals: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
+    order: list[str] = []  # the parts in the order they were wrapped: each nested one under its caller
+    clock = {"from": None, "to": None, "updates": 0}
+
+    def timed(owner, name: str, label: str, learner_step: bool = False) -> None:
+        original = getattr(owner, name)
+        order.append(label)
+
+        def wrapper(*a, **k):
+            start = time.perf_counter()
+            out = original(*a, **k)
+            end = time.perf_counter()
+            if learner_step:
+                clock["updates"] += 1
+                clock["to"] = end
+                if clock["from"] is None and clock["updates"] == updates_per_iteration:
+                    clock["from"] = end  # the first iteration (and its compile) ends here
+                    totals.clear()
+                    return out
+            if clock["from"] is not None:
+                totals[label][0] += end - start
+                totals[label][1] += 1
+            return out
+
+        setattr(owner, name, wrapper)
+
+    ppo = import_agent("agents/ppo_nap.py")
+    run_args = ppo.Args(env=args.env, backend=args.backend)
+    run_args.validate()
+    updates_per_iteration = run_args.num_minibatches * run_args.update_epochs
+    timed(envs.core.TorchVectorEnv, "step", "vector env step (contract + backend)")
+    timed(envs.mujoco_backend.MujocoBatchVectorEnv, "_step", "  backend step (mujoco)")
+    from mujoco.batch import Batch
+
+    timed(Batch, "step", "    physics: Batch.step")
+    timed(envs.mujoco_tasks.LocomotionTask, "outcome", "    task: observation, reward, termination")
+    timed(envs.mujoco_backend.MujocoBatchVectorEnv, "_rne_post_constraint", "    mj_rnePostConstraint (cfrc_ext)")
+    timed(envs.mujoco_backend.MujocoBatchVectorEnv, "_reset_simulations", "    resets")
+    timed(normalization.RunningNorm, "update", "observation and return statistics (update)")
+    timed(normalization.RunningNorm, "forward", "observation normalization")
+    original_compile = cleanrl_style.compile_or_eager
+
+    def compile_and_time(fn, enabled, *a, **k):
+        compiled = original_compile(fn, enabled, *a, **k)
+        if getattr(fn, "__name__", "") != "whole_step":
+            return compiled
+        holder = type("Holder", (), {"step": staticmethod(compiled)})
+        timed(holder, "step", "minibatch steps (compiled whole step)", learner_step=True)
+        return holder.step
+
+    cleanrl_style.compile_or_eager = compile_and_time
+    sys.argv = [
+        "agents/ppo_nap.py", "--env", args.env, "--backend", args.backend, "--total-timesteps", str(args.total_timesteps),
+        "--compile", args.compile, "--env-threads", str(args.env_threads), "--torch-threads", "1",
+        "--eval-episodes", "0", "--no-progress-bar", "--run-dir", str(Path(tempfile.mkdtemp()) / "run"),
+    ]  # fmt: skip
+    runpy.run_path(str(REPO / "agents" / "ppo_nap.py"), run_name="__main__")
+    if clock["from"] is None:
+        sys.exit("--in-loop needs --compile on (it times the compiled minibatch step) and at least two iterations")
+    iterations = clock["updates"] / updates_per_iteration - 1
+    wall = (clock["to"] - clock["from"]) / iterations
+    print(
+        f"\n{args.env}, {iterations:.0f} iterations after the first, {run_args.num_envs} envs x {run_args.num_steps} steps, "
+        f"--env-threads {args.env_threads}, torch {torch.__version__}: {wall:.3f} s per iteration, "
+        f"{run_args.num_envs * run_args.num_steps / wall:,.0f} steps/s"
+    )
+    top = 0.0
+    for label in order:
+        seconds, calls = totals[label]
+        if not calls:
+            continue
+        per_iteration = seconds / iterations
+        if not label.startswith(" "):
+            top += per_iteration
+        print(f"  {label:46s} {per_iteration:6.3f} s  {seconds / calls * 1e6:8.1f} us per call")
+    print(f"  {'the rest of the loop':46s} {wall - top:6.3f} s")
+
+
 if __name__ == "__main__":
-    main(tyro.cli(Args))
+    cli = tyro.cli(Args)
+    in_loop(cli) if cli.in_loop else main(cli)
