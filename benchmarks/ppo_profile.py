@@ -21,15 +21,16 @@ rounds, and the time of each variant's first step (the compile, where there is o
 inductor cache in the user's temp folder shortens it). Random minibatches: the cost of a step does
 not depend on the data.
 
-``--in-loop`` answers the other question, where the time of the agent's own loop goes, parts in
-isolation leaving out what they do to each other's caches: it runs ``agents/ppo_nap.py`` itself
-(``--total-timesteps``, ``--compile``, ``--env-threads`` passed on) in this process with timers
-around the vector env's ``step`` (and inside it the backend's ``_step``, MuJoCo's ``Batch.step``,
-the task's reward and observation code and ``mj_rnePostConstraint``), the running normalizations
-and the learner's minibatch step (when compiled), and prints seconds per iteration from the end of
-the first iteration (the compile) to the end of the run, the remainder listed as the rest of the loop::
+``--in-loop`` times the agent's own loop instead, where the parts slow each other down (caches,
+the second core's physics threads) as timings in isolation cannot show: it runs
+``agents/ppo_nap.py --compile on`` (with ``--total-timesteps`` and ``--env-threads`` passed on) in
+this process, with timers around the vector env's ``step`` (and inside it the backend's ``_step``,
+MuJoCo's ``Batch.step``, the task's reward and observation code, ``mj_rnePostConstraint`` and the
+resets), the running normalizations and the compiled minibatch step, and prints seconds per
+iteration from the end of the first iteration (the compile) to the last minibatch step, with the
+remainder as the rest of the loop::
 
-    python benchmarks/ppo_profile.py --in-loop --total-timesteps 49152 --compile on
+    python benchmarks/ppo_profile.py --in-loop --total-timesteps 49152
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
 import tyro
@@ -70,8 +70,6 @@ class Args:
     """time the parts inside one run of the agent instead (see the module docstring)"""
     total_timesteps: int = 49152
     """--in-loop: the run's length"""
-    compile: Literal["on", "off"] = "on"
-    """--in-loop: the agent's --compile"""
     env_threads: int = 0
     """--in-loop: the agent's --env-threads (0: one per CPU)"""
 
@@ -221,12 +219,12 @@ def in_loop(args: Args) -> None:
     cleanrl_style.compile_or_eager = compile_and_time
     sys.argv = [
         "agents/ppo_nap.py", "--env", args.env, "--backend", args.backend, "--total-timesteps", str(args.total_timesteps),
-        "--compile", args.compile, "--env-threads", str(args.env_threads), "--torch-threads", "1",
+        "--compile", "on", "--env-threads", str(args.env_threads), "--torch-threads", "1",
         "--eval-episodes", "0", "--no-progress-bar", "--run-dir", str(Path(tempfile.mkdtemp()) / "run"),
     ]  # fmt: skip
     runpy.run_path(str(REPO / "agents" / "ppo_nap.py"), run_name="__main__")
-    if clock["from"] is None:
-        sys.exit("--in-loop needs --compile on (it times the compiled minibatch step) and at least two iterations")
+    if clock["updates"] < 2 * updates_per_iteration:
+        sys.exit("--in-loop needs at least two iterations: raise --total-timesteps")
     iterations = clock["updates"] / updates_per_iteration - 1
     wall = (clock["to"] - clock["from"]) / iterations
     print(
