@@ -45,7 +45,6 @@ class FlatParameters:
         self.param = nn.Parameter(torch.empty(total, device=params[0].device, dtype=params[0].dtype), trainable)
         grad = torch.zeros_like(self.param) if trainable else None
         self.param.grad = grad
-        self.offsets: list[int] = []
         offset = 0
         with torch.no_grad():
             for p in params:
@@ -54,7 +53,6 @@ class FlatParameters:
                 p.data = self.param.data[offset : offset + n].view_as(p)
                 if grad is not None:
                     p.grad = grad[offset : offset + n].view_as(p)
-                self.offsets.append(offset)
                 offset += n
         self._grad_buffer = grad
 
