@@ -62,7 +62,8 @@ Differences from the pinned commit (S3 at ``1318d66``), besides gradient dropout
 - ``|Q_T|`` is clamped at 1e-3 here (S3 divides unclamped); ``Omega``'s argument is clamped at
   ``1 - 1e-6`` (S3 does not clamp; ``S``, ``B`` are in ``[1e-3, 1 - 1e-3]`` in both).
 - Actions are scaled to the env's bounds; S3 uses ``a_max = 1`` for every env (the same on Hopper,
-  Walker2d, HalfCheetah and Ant, whose bounds are [-1, 1]; not on Humanoid, [-0.4, 0.4]).
+  Walker2d, HalfCheetah and Ant, whose bounds are [-1, 1]; not on Humanoid, [-0.4, 0.4]), which
+  ``--action-bound unit`` reproduces (the env clips; the replay keeps the unclipped action, as S3's).
 - S3's ``train.py`` ties the width to the buffer (``h_dim = capacity // 1000``: 512 at 512,000) and
   derives the nodes (``h_dim / 4`` per sub-network) and the batch (all nodes); here each is a flag
   with S3's values as defaults, so reduced widths keep S3's coupling only when given together
@@ -172,6 +173,9 @@ class Args(RunArgs):
     counters swaddling's pull toward weak actions); 0: the environment's reward alone"""
     q_bar_init: Literal["zero", "first-batch"] = "zero"
     """starting Qbar of the Temporal Advantage: 0 (official) or the first batch's mean of q'"""
+    action_bound: Literal["env", "unit"] = "env"
+    """a_max and the action's centre: the env's bounds (env), or a_max = 1 on every env with the env clipping to its
+    bounds (unit: the official S3 code; differs where the bounds are not [-1, 1], as Humanoid's [-0.4, 0.4])"""
     hidden: int = 512
     """hidden width of the actor and of each critic sub-network"""
     critic_nets: int = 3
@@ -521,7 +525,10 @@ def warm_up_dominance(args: Args, buffer: FadingReplayBuffer) -> str | None:
 def make_agent(args: Args, vec_env: envs.TorchVectorEnv) -> Symphony:
     """The model for ``vec_env``'s spaces, on the env's device (also rebuilds it for evaluation)."""
     obs_dim, act_dim = vec_env.single_observation_space.shape[0], vec_env.single_action_space.shape[0]
-    return Symphony(obs_dim, act_dim, vec_env.action_low, vec_env.action_high, args).to(vec_env.device)
+    low, high = vec_env.action_low, vec_env.action_high
+    if args.action_bound == "unit":  # a_max = 1; the vector env clips each action to its bounds
+        low, high = -torch.ones_like(low), torch.ones_like(high)
+    return Symphony(obs_dim, act_dim, low, high, args).to(vec_env.device)
 
 
 if __name__ == "__main__":

@@ -342,3 +342,21 @@ def test_whole_update_is_the_eager_update_as_tensor_code(bias_correction):
     torch.testing.assert_close(our_v, eager_v, rtol=1e-5, atol=1e-9)
     assert all(math.isfinite(v) for v in eager_losses.values()), eager_losses
     assert our_losses == pytest.approx(eager_losses, rel=1e-5, abs=1e-6)
+
+
+def test_action_bound_unit_is_the_official_a_max_of_one_on_any_env():
+    """``--action-bound env`` scales tanh to the env's bounds; ``unit`` keeps a_max = 1 and leaves the
+    clipping to the env, as the official code does on every env (Pendulum: bounds [-2, 2])."""
+    import envs
+
+    vec_env = envs.make("Pendulum-v1", num_envs=1, backend="gymnasium", seed=0)
+    try:
+        scaled = sym.make_agent(sym.Args(hidden=16, critic_nodes=4), vec_env)
+        unit = sym.make_agent(sym.Args(hidden=16, critic_nodes=4, action_bound="unit"), vec_env)
+    finally:
+        vec_env.close()
+    assert scaled.action_scale.tolist() == [2.0] and scaled.action_bias.tolist() == [0.0]
+    assert unit.action_scale.tolist() == [1.0] and unit.action_bias.tolist() == [0.0]
+    unit.load_state_dict(scaled.state_dict() | {"action_scale": unit.action_scale, "action_bias": unit.action_bias})
+    obs = torch.randn(64, 3)
+    assert torch.allclose(scaled.act(obs), 2 * unit.act(obs))
