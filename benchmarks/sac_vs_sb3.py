@@ -17,15 +17,43 @@ the **ceiling**, our update's matrix products replayed alone (``benchmarks/timin
 ceiling bounds what any rewrite of the rest could reach: it prints the fastest ratio over SB3 that
 an update doing only these products would get, and the share of a 1.5x-SB3 update's time budget
 the products alone fill.
+
+``--mode loop`` times whole training runs instead, environment steps per second of the agent's own
+loop (acting, stepping, storing, sampling, updating), one torch thread each, in alternating rounds:
+
+    python benchmarks/sac_vs_sb3.py --mode loop --rounds 2 --leanrl ../LeanRL --leanrl-python ../LeanRL/.venv/bin/python
+
+- **ours**: ``agents/sac_nap.py --no-nap --no-layer-norm --compile on`` (``--compile off`` with
+  ``--no-compile``) on ``--env``, in a process of its own;
+- **SB3**: ``SAC("MlpPolicy")`` on the Gymnasium env with the same widths, batch and
+  ``learning_starts``, one gradient step per environment step, in this process;
+- **LeanRL** (with ``--leanrl``, a checkout of pytorch-labs/LeanRL, not vendored here):
+  ``leanrl/sac_continuous_action_torchcompile.py --compile --no-cuda`` under ``--leanrl-python``, an
+  interpreter with the torch, tensordict and torchrl of its release (on torch 2.13 with tensordict
+  0.14-0.15 dynamo fails in its update), on ``--leanrl-env`` (its gymnasium's Hopper, v4 under
+  gymnasium 0.29). CleanRL's SAC as LeanRL has it does two actor and temperature steps every second
+  environment step: the same gradient steps per environment step as the other two.
+
+Each run is ``--learning-starts`` random steps then ``--loop-steps`` with updates. The figure is
+the **steady** rate, steps per second after the updates start, without their first 1,000 steps
+(which hold ours' compile): ours from its ``progress.csv`` clock (one row per 1,000 steps), SB3 from
+a callback's clock; LeanRL's is the rate it prints itself, timed from the third step after its
+updates start (its compiles happen on the first calls, before its clock starts).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 import statistics
+import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -44,7 +72,7 @@ from cleanrl_style.runs.evaluate import import_agent  # noqa: E402
 @dataclass
 class BenchArgs:
     env: str = "Hopper-v5"
-    """environment whose observation/action sizes are used (no stepping is timed)"""
+    """environment whose observation/action sizes are used (no stepping is timed; --mode loop: the env trained on)"""
     hidden: int = 256
     """hidden width of both hidden layers, actor and critics (SB3's default net_arch)"""
     batch_size: int = 256
@@ -63,6 +91,18 @@ class BenchArgs:
     """also time our whole update compiled (``--compile on`` in the agent), beside the eager one"""
     precision: str = "fp32"
     """our arithmetic: fp32, or bf16 autocast (SB3 stays fp32)"""
+    mode: Literal["updates", "loop"] = "updates"
+    """updates: gradient steps per second in this process; loop: whole training runs (see the module docstring)"""
+    learning_starts: int = 5_000
+    """--mode loop: random steps before the updates start"""
+    loop_steps: int = 5_000
+    """--mode loop: environment steps with updates per run (at least 2,000)"""
+    leanrl: Path | None = None
+    """--mode loop: a checkout of pytorch-labs/LeanRL, to time its compiled SAC as well"""
+    leanrl_python: str = sys.executable
+    """the Python that runs LeanRL (its own environment)"""
+    leanrl_env: str = "Hopper-v4"
+    """the env id LeanRL's gymnasium knows"""
 
 
 def make_ours(obs_dim, act_dim, low, high, args: BenchArgs):
@@ -209,5 +249,123 @@ def main(args: BenchArgs) -> float:
     return ratio
 
 
+STEADY_AFTER = 1_000  # steps after the updates start that the steady rate leaves out (ours' compile)
+
+
+def ours_loop_sps(args: BenchArgs) -> float:
+    """Steady steps/s of one run of agents/sac_nap.py (NaP and LayerNorm off) in its own process."""
+    from cleanrl_style.runs.logger import read_progress
+
+    total = args.learning_starts + args.loop_steps
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        cmd = [sys.executable, str(REPO / "agents" / "sac_nap.py"), "--env", args.env, "--no-nap", "--no-layer-norm"]
+        cmd += ["--hidden-sizes", str(args.hidden), str(args.hidden), "--batch-size", str(args.batch_size)]
+        cmd += ["--learning-starts", str(args.learning_starts), "--total-timesteps", str(total)]
+        cmd += ["--compile", "on" if args.compile else "off", "--precision", args.precision]
+        cmd += ["--torch-threads", str(args.threads), "--device", args.device]
+        cmd += ["--eval-episodes", "0", "--no-progress-bar", "--run-dir", str(run_dir)]
+        subprocess.run(cmd, check=True, cwd=tmp, stdout=subprocess.DEVNULL)
+        rows = [(step, t) for step, t, _ in read_progress(run_dir)["charts/SPS"]]
+    start_step, start_time = next((step, t) for step, t in rows if step >= args.learning_starts + STEADY_AFTER)
+    end_step, end_time = rows[-1]
+    if end_step <= start_step:
+        raise SystemExit(
+            f"--loop-steps {args.loop_steps}: too few for two of ours' 1,000-step progress rows after the first 1,000"
+        )
+    return (end_step - start_step) / (end_time - start_time)
+
+
+def sb3_loop_sps(args: BenchArgs) -> float:
+    """Steady steps/s of one SB3 SAC run in this process (the same widths, batch and learning_starts)."""
+    import gymnasium as gym
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Clock(BaseCallback):
+        def __init__(self, at: int):
+            super().__init__()
+            self.at, self.start = at, 0.0
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps == self.at:
+                self.start = time.perf_counter()
+            return True
+
+    at = args.learning_starts + STEADY_AFTER
+    model = SAC(
+        "MlpPolicy",
+        gym.make(args.env),
+        policy_kwargs=dict(net_arch=[args.hidden, args.hidden]),
+        batch_size=args.batch_size,
+        learning_starts=args.learning_starts,
+        device=args.device,
+        seed=1,
+        verbose=0,
+    )
+    clock = Clock(at)
+    model.learn(total_timesteps=args.learning_starts + args.loop_steps, callback=clock)
+    return (args.learning_starts + args.loop_steps - at) / (time.perf_counter() - clock.start)
+
+
+def leanrl_loop_sps(args: BenchArgs) -> float:
+    """The steady steps/s LeanRL's compiled SAC prints at the end of one run."""
+    assert args.leanrl is not None
+    script = args.leanrl / "leanrl" / "sac_continuous_action_torchcompile.py"
+    if not script.is_file():
+        raise SystemExit(f"--leanrl {args.leanrl}: no {script.relative_to(args.leanrl)} there; point it at a LeanRL checkout")
+    cmd = [args.leanrl_python, str(script), "--env-id", args.leanrl_env, "--compile", "--no-cuda"]
+    cmd += ["--batch-size", str(args.batch_size), "--learning-starts", str(args.learning_starts)]
+    cmd += ["--total-timesteps", str(args.learning_starts + args.loop_steps)]
+    threads = str(args.threads)  # the same torch threads as the other two; wandb stays off the network
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "WANDB_MODE": "disabled"}
+    with tempfile.TemporaryDirectory() as tmp:
+        done = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"LeanRL's SAC failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    speeds = re.findall(r"([0-9.]+) sps", done.stderr)
+    if not speeds:
+        raise SystemExit("LeanRL's SAC printed no speed: --loop-steps must be at least a few hundred")
+    return float(speeds[-1])
+
+
+def loop(args: BenchArgs) -> float:
+    """Whole runs in alternating rounds; prints each contender's steady steps/s and ours / SB3."""
+    if args.loop_steps < 2 * STEADY_AFTER:
+        raise SystemExit(
+            f"--loop-steps {args.loop_steps}: at least {2 * STEADY_AFTER} (the first {STEADY_AFTER} are left out)"
+        )
+    contenders = {"sac_nap": ours_loop_sps, "sb3": sb3_loop_sps}
+    if args.leanrl is not None:
+        contenders["leanrl"] = leanrl_loop_sps
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    rates: dict[str, list[float]] = {name: [] for name in contenders}
+    for round_index in range(args.rounds):
+        for name, fn in contenders.items():
+            rates[name].append(fn(args))
+            print(f"[round {round_index + 1}] {name:8s} {rates[name][-1]:7.1f} steps/s", flush=True)
+    median = {name: statistics.median(r) for name, r in rates.items()}
+    print(
+        f"{args.env}, {args.hidden}x{args.hidden}, batch {args.batch_size}, {args.learning_starts:,} random steps then "
+        f"{args.loop_steps:,} with updates, torch threads {args.threads}, ours compiled={args.compile}, "
+        f"torch {torch.__version__}"
+    )
+    titles = {"sac_nap": "sac_nap (NaP off):", "sb3": "SB3 SAC:", "leanrl": "LeanRL SAC (compiled):"}
+    for name in contenders:
+        print(f"  {titles[name]:24s}{median[name]:8.1f} steps/s (steady)   rounds {[round(x, 1) for x in rates[name]]}")
+    ratio = median["sac_nap"] / median["sb3"]
+    line = f"  ours / SB3: {ratio:.2f}x"
+    if "leanrl" in median:
+        lean = median["leanrl"]
+        line += f"; ours / LeanRL: {median['sac_nap'] / lean:.2f}x; LeanRL / SB3: {lean / median['sb3']:.2f}x"
+    print(line)
+    return ratio
+
+
 if __name__ == "__main__":
-    main(tyro.cli(BenchArgs))
+    bench_args = tyro.cli(BenchArgs)
+    if bench_args.mode == "loop":
+        loop(bench_args)
+    else:
+        main(bench_args)
