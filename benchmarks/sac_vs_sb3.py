@@ -38,7 +38,7 @@ Each run is ``--learning-starts`` random steps then ``--loop-steps`` with update
 the **steady** rate, steps per second after the updates start, without their first 1,000 steps
 (which hold ours' compile): ours from its ``progress.csv`` clock (one row per 1,000 steps), SB3 from
 a callback's clock; LeanRL's is the rate it prints itself, timed from the third step after its
-updates start (its compiles happen on the first calls, before its clock starts).
+updates start (its compiles happen on the first calls, about when its clock starts).
 """
 
 from __future__ import annotations
