@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Literal
 
 import tyro
+from timing import run_leanrl  # benchmarks/timing.py, beside this script
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BATCH = 2048  # 8 envs x 256 steps: one iteration of either contender
@@ -160,36 +161,14 @@ def sb3_sps(args: Args) -> tuple[float, float]:
 
 def leanrl_sps(args: Args) -> tuple[float, float]:
     """(whole-process SPS, LeanRL's own steady SPS) of one run of its compiled PPO script."""
-    assert args.leanrl is not None
-    script = args.leanrl / "leanrl" / "ppo_continuous_action_torchcompile.py"
-    if not script.is_file():
-        raise SystemExit(f"--leanrl {args.leanrl}: no {script.relative_to(args.leanrl)} there; point it at a LeanRL checkout")
-    cmd = [
-        args.leanrl_python,
-        str(script),
-        "--env-id",
-        args.leanrl_env,
-        "--num-envs",
-        "8",
-        "--num-steps",
-        "256",
-        "--total-timesteps",
-        str(args.total_timesteps),
-        "--compile",
-        "--no-cuda",
-    ]
-    # One torch thread as the other two; wandb stays off the network.
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
-    with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
-        done = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
-        whole_process = time.perf_counter() - start
-    if done.returncode:
-        raise SystemExit(f"LeanRL's PPO failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    speeds = re.findall(r"speed:\s*([0-9.]+) sps", done.stderr)
+    flags = ["--env-id", args.leanrl_env, "--num-envs", "8", "--num-steps", "256"]
+    flags += ["--total-timesteps", str(args.total_timesteps), "--compile", "--no-cuda"]
+    # One torch thread, as the other two.
+    seconds, stderr = run_leanrl(args.leanrl, args.leanrl_python, "ppo_continuous_action_torchcompile.py", flags, 1)
+    speeds = re.findall(r"speed:\s*([0-9.]+) sps", stderr)
     if not speeds:
         raise SystemExit("LeanRL's PPO printed no speed: --total-timesteps must give it at least 10 iterations")
-    return args.total_timesteps / whole_process, float(speeds[-1])
+    return args.total_timesteps / seconds, float(speeds[-1])
 
 
 if __name__ == "__main__":

@@ -44,7 +44,6 @@ updates start (its compiles happen on the first calls, about when its clock star
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import statistics
 import subprocess
@@ -63,7 +62,7 @@ from torch.utils.flop_counter import FlopCounterMode
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from timing import alternating_rounds, record_matmuls, replay_matmuls  # noqa: E402  (benchmarks/timing.py)
+from timing import alternating_rounds, record_matmuls, replay_matmuls, run_leanrl  # noqa: E402  (benchmarks/timing.py)
 
 from cleanrl_style.blocks.replay import ReplayBuffer  # noqa: E402
 from cleanrl_style.runs.evaluate import import_agent  # noqa: E402
@@ -310,20 +309,10 @@ def sb3_loop_sps(args: BenchArgs) -> float:
 
 def leanrl_loop_sps(args: BenchArgs) -> float:
     """The steady steps/s LeanRL's compiled SAC prints at the end of one run."""
-    assert args.leanrl is not None
-    script = args.leanrl / "leanrl" / "sac_continuous_action_torchcompile.py"
-    if not script.is_file():
-        raise SystemExit(f"--leanrl {args.leanrl}: no {script.relative_to(args.leanrl)} there; point it at a LeanRL checkout")
-    cmd = [args.leanrl_python, str(script), "--env-id", args.leanrl_env, "--compile", "--no-cuda"]
-    cmd += ["--batch-size", str(args.batch_size), "--learning-starts", str(args.learning_starts)]
-    cmd += ["--total-timesteps", str(args.learning_starts + args.loop_steps)]
-    threads = str(args.threads)  # the same torch threads as the other two; wandb stays off the network
-    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "WANDB_MODE": "disabled"}
-    with tempfile.TemporaryDirectory() as tmp:
-        done = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"LeanRL's SAC failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    speeds = re.findall(r"([0-9.]+) sps", done.stderr)
+    flags = ["--env-id", args.leanrl_env, "--compile", "--no-cuda", "--batch-size", str(args.batch_size)]
+    flags += ["--learning-starts", str(args.learning_starts), "--total-timesteps", str(args.learning_starts + args.loop_steps)]
+    _, stderr = run_leanrl(args.leanrl, args.leanrl_python, "sac_continuous_action_torchcompile.py", flags, args.threads)
+    speeds = re.findall(r"([0-9.]+) sps", stderr)
     if not speeds:
         raise SystemExit("LeanRL's SAC printed no speed: --loop-steps must be at least a few hundred")
     return float(speeds[-1])

@@ -9,11 +9,34 @@ the time the update would take if everything else cost nothing.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+
+def run_leanrl(checkout: Path | None, python: str, script: str, flags: list[str], threads: int) -> tuple[float, str]:
+    """Run ``leanrl/<script>`` of a LeanRL checkout (not vendored here) under ``python`` in a temp folder
+    with ``threads`` torch threads and wandb off the network: (whole-process seconds, its stderr,
+    where its progress bar prints its speed). Exits naming the problem if the script is missing or fails."""
+    if checkout is None or not (checkout / "leanrl" / script).is_file():
+        raise SystemExit(f"--leanrl {checkout}: no leanrl/{script} there; point it at a LeanRL checkout")
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "WANDB_MODE": "disabled"}
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        done = subprocess.run(
+            [python, str(checkout / "leanrl" / script), *flags], cwd=tmp, env=env, capture_output=True, text=True
+        )
+        seconds = time.perf_counter() - start
+    if done.returncode:
+        raise SystemExit(f"LeanRL's {script} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return seconds, done.stderr
+
 
 MATMULS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default"}
 
