@@ -11,7 +11,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from timing import alternating_rounds, record_matmuls, replay_matmuls  # noqa: E402
+from timing import alternating_rounds, record_matmuls, replay_matmuls, run_leanrl  # noqa: E402
 
 
 def test_the_replayed_products_are_the_updates_own():
@@ -47,3 +47,20 @@ def test_alternating_rounds_give_every_contender_a_time_per_call_in_each_round()
     seconds = alternating_rounds({"a": bump("a"), "b": bump("b")}, rounds=3, seconds_per_round=0.0, min_calls=2)
     assert set(seconds) == {"a", "b"} and all(len(v) == 3 and min(v) > 0 for v in seconds.values())
     assert calls == {"a": 6, "b": 6}
+
+
+def test_run_leanrl_passes_flags_and_threads_and_names_a_missing_or_failing_script(tmp_path):
+    import pytest
+
+    with pytest.raises(SystemExit, match="no leanrl/sac.py there"):
+        run_leanrl(tmp_path, sys.executable, "sac.py", [], 1)
+    (tmp_path / "leanrl").mkdir()
+    script = tmp_path / "leanrl" / "sac.py"
+    script.write_text(
+        "import os, sys\nsys.stderr.write(' '.join(sys.argv[1:]) + ' ' + os.environ['OMP_NUM_THREADS'] + ' ' + os.environ['WANDB_MODE'])\n"
+    )
+    seconds, stderr = run_leanrl(tmp_path, sys.executable, "sac.py", ["--env-id", "Hopper-v4"], 3)
+    assert stderr == "--env-id Hopper-v4 3 disabled" and seconds > 0
+    script.write_text("import sys\nsys.stderr.write('boom')\nsys.exit(2)\n")
+    with pytest.raises(SystemExit, match=r"(?s)sac.py failed \(exit 2\).*boom"):
+        run_leanrl(tmp_path, sys.executable, "sac.py", [], 1)
