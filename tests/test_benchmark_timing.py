@@ -56,9 +56,9 @@ def test_run_leanrl_passes_flags_and_threads_and_names_a_missing_or_failing_scri
         run_leanrl(tmp_path, sys.executable, "sac.py", [], 1)
     (tmp_path / "leanrl").mkdir()
     script = tmp_path / "leanrl" / "sac.py"
-    script.write_text(
-        "import os, sys\nsys.stderr.write(' '.join(sys.argv[1:]) + ' ' + os.environ['OMP_NUM_THREADS'] + ' ' + os.environ['WANDB_MODE'])\n"
-    )
+    echo = "import os, sys\nargs = ' '.join(sys.argv[1:])\n"
+    echo += "sys.stderr.write(args + ' ' + os.environ['OMP_NUM_THREADS'] + ' ' + os.environ['WANDB_MODE'])\n"
+    script.write_text(echo)
     seconds, stderr = run_leanrl(tmp_path, sys.executable, "sac.py", ["--env-id", "Hopper-v4"], 3)
     assert stderr == "--env-id Hopper-v4 3 disabled" and seconds > 0
     script.write_text("import sys\nsys.stderr.write('boom')\nsys.exit(2)\n")
