@@ -18,8 +18,9 @@ import torch
 
 pytest.importorskip("transformers")
 
-from llm_tiny_model import build_tiny_model, build_tokenizer  # noqa: E402
+from llm_tiny_model import bf16_attention_error, build_tiny_model, build_tokenizer  # noqa: E402
 
+from cleanrl_style.llm import generation  # noqa: E402
 from cleanrl_style.llm.decoder import MIN_SHARED_PREFIX, PackedLinear, packed_llama_for, scoring_prefix_length  # noqa: E402
 from cleanrl_style.llm.generation import (  # noqa: E402
     Sampling,
@@ -200,7 +201,10 @@ def with_random_lora(model, rank=2, seed=0):
 @pytest.mark.parametrize("engine", ["auto", "transformers"])
 @pytest.mark.parametrize("shared_start", [True, False], ids=["shared-prefix", "no-shared-prefix"])
 @pytest.mark.parametrize("adapters", [False, True], ids=["full", "lora"])
-def test_each_sampled_tokens_logprob_equals_a_full_pass_over_its_row(tokenizer, tiny, engine, shared_start, adapters):
+@pytest.mark.parametrize("long_output", [False, True], ids=["even-turns", "one-long-tool-output"])
+def test_each_sampled_tokens_logprob_equals_a_full_pass_over_its_row(
+    tokenizer, tiny, engine, shared_start, adapters, long_output, monkeypatch
+):
     """The cache's bookkeeping, checked where it matters: rows of unequal length, rows that stop while
     others still decode (holes), a shared first chunk (or none), new turns of unequal length, a dropped
     row and a temperature; every sampled token's log-probability when it was drawn equals the one the
@@ -210,7 +214,10 @@ def test_each_sampled_tokens_logprob_equals_a_full_pass_over_its_row(tokenizer, 
     decoder (its own attention, the shared prefix read once for all rows, weights packed for the
     batch and fewer rows padded up to it), ``transformers`` the model's own forward. Under LoRA
     adapters with nonzero products the packed decoder merges them into its weights and the full pass
-    runs through peft's layers."""
+    runs through peft's layers. With one long tool output, the rows past the others' new tokens
+    are fed on their own, in blocks (``TAIL_BLOCK`` set to 64 here), the rest given masked columns:
+    far fewer tokens computed than padding every row to the longest, the same log-probabilities."""
+    monkeypatch.setattr(generation, "TAIL_BLOCK", 64)
     if adapters:
         tiny = with_random_lora(tiny)
     stops = list(range(3, len(tokenizer), 5))  # a fifth of the vocabulary ends a message: rows stop at different steps
@@ -231,15 +238,21 @@ def test_each_sampled_tokens_logprob_equals_a_full_pass_over_its_row(tokenizer, 
     }
     assert (shared_prefix_length(list(rows.values())) >= MIN_SHARED_PREFIX) == shared_start
     sampled: dict[int, dict[int, float]] = {e: {} for e in rows}  # position -> log-prob when drawn
-    lengths = []
+    lengths, reply_lengths = [], {}
     for turn, episodes in enumerate([[0, 1, 2, 3], [0, 1, 2, 3], [0, 2, 3], [2, 3]]):
+        computed, fed = generator.computed_tokens, generator.prefilled_tokens
         new = generator.generate(episodes, [rows[e] for e in episodes])
         assert (generator.packed is not None) == (engine == "auto")
+        if long_output and turn == 1:  # rows 1 and 2 bring 200 and 300 more tokens than rows 0 and 3
+            assert generator.prefilled_tokens - fed > 500
+            assert generator.computed_tokens - computed < 0.6 * len(episodes) * max(reply_lengths.values())
         lengths.append([len(n) for n in new])
         for e, tokens, logps in zip(episodes, new, generator.sampled_logprobs):
             assert len(logps) == len(tokens)
             sampled[e] |= {len(rows[e]) + j: lp for j, lp in enumerate(logps)}
-            reply = f"<|im_end|>\n<|im_start|>tool\n{'ok ' * (e + turn)}{e}<|im_end|>\n<|im_start|>assistant\n"
+            output = "ok " * ({1: 200, 2: 300}.get(e, 0) if long_output and turn == 0 else e + turn)
+            reply = f"<|im_end|>\n<|im_start|>tool\n{output}{e}<|im_end|>\n<|im_start|>assistant\n"
+            reply_lengths[e] = len(encode(tokenizer, reply))
             rows[e] = rows[e] + tokens + encode(tokenizer, reply)
     assert any(len(set(turn)) > 1 for turn in lengths)  # some rows stopped while others decoded
     masks = [[j in sampled[e] for j in range(len(rows[e]))] for e in rows]
@@ -247,6 +260,36 @@ def test_each_sampled_tokens_logprob_equals_a_full_pass_over_its_row(tokenizer, 
     for e in rows:
         drawn = torch.tensor([sampled[e][j] for j in sorted(sampled[e])])
         torch.testing.assert_close(drawn, scored[e][sorted(sampled[e])], atol=1e-4, rtol=0)
+
+
+def test_a_long_tool_output_is_fed_apart_under_bf16_autocast_too(tokenizer, tiny):
+    """Under bf16 autocast (the transformers forward, whose cache holds float32 keys and bf16
+    values) the long rows' tails are fed apart as in fp32, and every sampled token's log-probability
+    stays within the bf16 band of a float32 pass over its whole row (see the band test below)."""
+    if bf16_attention_error():
+        pytest.skip(f"torch's bf16 attention fails on this CPU: {bf16_attention_error()}")
+    sampling = Sampling(max_new_tokens=6, temperature=0.8)
+    generator = TurnGenerator(tiny, stop_token_ids(tokenizer), tokenizer.pad_token_id, sampling, precision="bf16", seed=2)
+    rows = [encode(tokenizer, f"<|im_start|>user\nquestion {e}<|im_end|>\n<|im_start|>assistant\n") for e in range(4)]
+    sampled: list[dict[int, float]] = [{} for _ in rows]
+    for turn in range(2):
+        before = generator.computed_tokens
+        new = generator.generate([0, 1, 2, 3], rows)
+        for e, (tokens, logps) in enumerate(zip(new, generator.sampled_logprobs)):
+            sampled[e] |= {len(rows[e]) + j: lp for j, lp in enumerate(logps)}
+            output = "ok " * ({2: 200, 3: 450}.get(e, 1) if turn == 0 else 1)
+            rows[e] = (
+                rows[e]
+                + tokens
+                + encode(tokenizer, f"<|im_end|>\n<|im_start|>tool\n{output}<|im_end|>\n<|im_start|>assistant\n")
+            )
+    assert generator.computed_tokens - before < 0.6 * 4 * 450
+    masks = [[j in sampled[e] for j in range(len(rows[e]))] for e in range(4)]
+    scored = batched_logprobs(tiny, rows, masks, tokenizer.pad_token_id, 4, temperature=0.8)
+    gap = torch.cat(
+        [(torch.tensor([sampled[e][j] for j in sorted(sampled[e])]) - scored[e][sorted(sampled[e])]).abs() for e in range(4)]
+    )
+    assert gap.mean() < 0.1 and gap.max() < 1.0, (gap.mean(), gap.max())
 
 
 def test_rollouts_at_the_default_precision_are_scored_exactly(tokenizer, tiny, family):

@@ -114,6 +114,26 @@ class KVBuffer:
         self.keys = [None if k is None else k[index] for k in self.keys]
         self.values = [None if v is None else v[index] for v in self.values]
 
+    def rows(self, index: torch.Tensor) -> KVBuffer:
+        """A copy of the rows ``index`` (their filled columns), for a forward of those rows only."""
+        part = KVBuffer(len(self.keys))
+        part.keys = [None if k is None else k[index, :, : self.columns] for k in self.keys]
+        part.values = [None if v is None else v[index, :, : self.columns] for v in self.values]
+        part.columns = self.columns
+        return part
+
+    def append_rows(self, part: KVBuffer, index: torch.Tensor, width: int) -> None:
+        """Append ``width`` columns to every row: ``part``'s last ``width`` columns (``part`` holds
+        the rows ``index``, see :meth:`rows`) in those rows, zeros (masked columns) in the others."""
+        start = self.columns
+        for layer, (keys, values) in enumerate(zip(self.keys, self.values)):
+            part_keys, part_values = part.layer(layer, start + width)
+            assert keys is not None and values is not None
+            new_keys = keys.new_zeros((keys.shape[0], keys.shape[1], width, keys.shape[3]))
+            new_values = values.new_zeros((values.shape[0], values.shape[1], width, values.shape[3]))
+            new_keys[index], new_values[index] = part_keys[:, :, start:], part_values[:, :, start:]
+            self.append(layer, new_keys, new_values, start)
+
 
 def merged_weight(module: Any, out: torch.Tensor | None = None) -> torch.Tensor:
     """The weight a bias-free linear ``module`` multiplies by: its own, or for a ``peft`` LoRA layer

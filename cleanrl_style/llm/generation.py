@@ -18,7 +18,10 @@ would have in one uncached pass over the row, and greedy decoding gives the same
 re-reading every conversation from scratch (a test checks this). Right padding leaves every
 padded query with real keys before it, so no softmax row is fully masked. Rows whose
 episodes have finished are dropped from the cache; a first chunk that every row starts with (the
-system prompt and tool schemas; a whole group's first prompt) is prefilled once.
+system prompt and tool schemas; a whole group's first prompt) is prefilled once. Where a few rows'
+new tokens run far past the others' (a long tool output), every row is fed up to a cut and the
+longer rows' tails are fed on their own (the other rows get masked columns), so one long output
+costs its own tokens, not that many for every row.
 
 **Engine.** For a float32 Llama on the CPU (SmolLM2 and other Llama checkpoints) the forward
 passes run through :class:`~cleanrl_style.llm.decoder.PackedLlama`: the same arithmetic with its
@@ -50,6 +53,7 @@ from cleanrl_style.llm.decoder import MIN_SHARED_PREFIX, PackedLlama, packed_lla
 from cleanrl_style.llm.model import autocast, unwrap
 
 ENGINES = ("auto", "transformers")
+TAIL_BLOCK = 512  # columns per forward of the rows whose new chunk runs past the others' (bounds its attention)
 
 
 @dataclass(frozen=True)
@@ -227,6 +231,7 @@ class TurnGenerator:
         self.mask = torch.zeros((0, 0), dtype=torch.long, device=self.device)  # (rows, columns): 1 = real token
         self.real = torch.zeros(0, dtype=torch.long, device=self.device)  # real tokens per row (the next position)
         self.prefilled_tokens = 0  # real tokens fed in prefill chunks (what the cache saves shows here)
+        self.computed_tokens = 0  # row-columns of the prefill forwards, padding included
         self.sampled_logprobs: list[list[float]] = []  # per episode of the last call: log softmax(logits / T) of each token
 
     # ---- the cache ---------------------------------------------------------------------------------
@@ -251,21 +256,97 @@ class TurnGenerator:
             return self.head(hidden).float()
 
     def _append(self, chunks: Sequence[Sequence[int]]) -> torch.Tensor:
-        """Feed each row's new tokens (right-padded into one chunk); logits at each row's last one."""
+        """Feed each row's new tokens; logits at each row's last one.
+
+        Chunks of similar length are right-padded into one forward. Where a few rows bring far more
+        tokens than the rest (a long tool output), padding every row to the longest would compute
+        rows x longest tokens, and the attention of that one forward grows with it (32 rows, one of
+        1,000 new tokens: 111 s of bf16 prefill on one core for 1,900 real tokens). So all rows are
+        fed up to a cut, chosen to minimise the tokens computed, and the tails past it are fed for
+        their rows only (see :meth:`_append_rows`), in blocks of at most ``TAIL_BLOCK`` columns; the
+        other rows get masked columns, computed by no forward."""
+        lengths = [len(c) for c in chunks]
+        width, rows = max(lengths), len(chunks)
+        cut = min(set(lengths), key=lambda c: rows * c + sum(n > c for n in lengths) * (width - c))
+        cost = rows * cut + sum(n > cut for n in lengths) * (width - cut)
+        if rows == 1 or cost > 0.75 * rows * width or not self._can_feed_rows():  # one padded forward is cheaper
+            return self._append_all(chunks)
+        logits = self._append_all([c[:cut] for c in chunks])
+        tails = [b for b, n in enumerate(lengths) if n > cut]
+        for start in range(cut, width, TAIL_BLOCK):
+            fed = [b for b in tails if lengths[b] > start]
+            block = self._append_rows(fed, [chunks[b][start : start + TAIL_BLOCK] for b in fed])
+            logits[fed] = block
+        return logits
+
+    def _append_all(self, chunks: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Feed each row's new tokens right-padded into one chunk; logits at each row's last one."""
+        ids, mask, last = self._chunk(chunks)
+        positions = self.real.unsqueeze(1) + torch.arange(ids.shape[1], device=self.device)
+        self.mask = torch.cat([self.mask, mask], dim=1)
+        hidden = self._forward(ids, positions)
+        self.real = self.real + mask.sum(dim=1)
+        self.prefilled_tokens += int(mask.sum())
+        self.computed_tokens += ids.numel()
+        return self._logits(hidden[torch.arange(len(chunks), device=self.device), last])
+
+    def _chunk(self, chunks: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Ids and mask (rows, longest chunk) of right-padded chunks, and each chunk's last column."""
         width = max(len(c) for c in chunks)
         ids = torch.full((len(chunks), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(chunks), width), dtype=torch.long)
         for b, chunk in enumerate(chunks):
             ids[b, : len(chunk)] = torch.tensor(chunk, dtype=torch.long)
             mask[b, : len(chunk)] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = self.real.unsqueeze(1) + torch.arange(width, device=self.device)
-        self.mask = torch.cat([self.mask, mask], dim=1)
-        hidden = self._forward(ids, positions)
-        self.real = self.real + mask.sum(dim=1)
-        self.prefilled_tokens += int(mask.sum())
         last = torch.tensor([len(c) - 1 for c in chunks], device=self.device)
-        return self._logits(hidden[torch.arange(len(chunks), device=self.device), last])
+        return ids.to(self.device), mask.to(self.device), last
+
+    def _can_feed_rows(self) -> bool:
+        """Whether the cache can take a forward of some rows only (transformers 4.x's cache cannot)."""
+        return self.packed is not None or hasattr(self.cache, "layers")
+
+    def _append_rows(self, fed: Sequence[int], chunks: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Feed the chunks of rows ``fed`` only; every other row gets the same columns masked (their
+        keys and values zero). The forward runs on a copy of those rows' cache, whose new columns are
+        then written into the whole cache. Logits at each fed row's last token."""
+        ids, mask, last = self._chunk(chunks)
+        index = torch.tensor(list(fed), device=self.device)
+        rows, width = len(self.rows), ids.shape[1]
+        whole_mask = torch.zeros((rows, width), dtype=torch.long, device=self.device)
+        whole_mask[index] = mask
+        whole_cache, whole_packed_cache, all_mask = self.cache, None, self.mask
+        self.mask = torch.cat([self.mask[index], mask], dim=1)
+        if self.packed is not None:
+            whole_packed_cache = self.packed.cache
+            self.packed.cache = whole_packed_cache.rows(index)
+        else:
+            self.cache = new_cache()
+            for layer, cached in enumerate(whole_cache.layers):
+                self.cache.update(cached.keys[index], cached.values[index], layer)
+        try:
+            hidden = self._forward(ids, self.real[index].unsqueeze(1) + torch.arange(width, device=self.device))
+            if self.packed is not None:
+                assert whole_packed_cache is not None
+                whole_packed_cache.append_rows(self.packed.cache, index, width)
+            else:
+                for layer, part in enumerate(self.cache.layers):
+                    _, heads, _, dim = part.keys.shape
+                    keys, values = (
+                        part.keys.new_zeros((rows, heads, width, dim)),
+                        part.values.new_zeros((rows, heads, width, dim)),
+                    )
+                    keys[index], values[index] = part.keys[:, :, -width:], part.values[:, :, -width:]
+                    whole_cache.update(keys, values, layer)
+        finally:
+            self.cache = whole_cache
+            if whole_packed_cache is not None:
+                assert self.packed is not None
+                self.packed.cache = whole_packed_cache
+        self.mask = torch.cat([all_mask, whole_mask], dim=1)
+        self.real = self.real + whole_mask.sum(dim=1)
+        self.prefilled_tokens += int(mask.sum())
+        self.computed_tokens += ids.numel()
+        return self._logits(hidden[torch.arange(len(fed), device=self.device), last])
 
     def _step(self, tokens: torch.Tensor, running: torch.Tensor) -> torch.Tensor:
         """Feed one token per row (masked out for rows that have stopped); logits of the next."""
@@ -289,6 +370,7 @@ class TurnGenerator:
             prefix = torch.tensor([list(tokens[0][:shared])], dtype=torch.long, device=self.device)
             self._forward(prefix, torch.arange(shared, device=self.device).unsqueeze(0))
             self.prefilled_tokens += shared
+            self.computed_tokens += shared
             if self.packed is not None:
                 self.packed.share_prefix()
             else:
