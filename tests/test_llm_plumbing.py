@@ -157,6 +157,23 @@ def test_rollouts_are_cut_at_the_assistant_message_limit(tokenizer, tiny, family
         assert sum(r.policy_mask) == r.turns[0].end - r.turns[0].start <= 4
 
 
+def test_an_episode_whose_reply_fills_the_context_is_cut_before_another_message(tokenizer, tiny, family):
+    """The context limit holds after the environment's reply too: a reply that takes the episode to
+    ``max_context_tokens`` ends it, instead of a message generated from past the limit."""
+    ids = [family.train_ids[0]] * 2
+    free, _ = collect_rollouts(tiny, tokenizer, family, ids, settings(6, 3))
+    first_reply_end = [r.turns[1].start for r in free if len(r.turns) > 1]
+    assert first_reply_end  # the environment answered the first message of some episode
+    limit = min(first_reply_end)
+    assert all(limit > r.turns[0].end + 4 for r in free)  # the first message and its closing stay under it
+    limited = RolloutSettings(Sampling(max_new_tokens=6, greedy=True), EpisodeLimits(3, limit))
+    rollouts, _ = collect_rollouts(tiny, tokenizer, family, ids, limited)
+    for r, f in zip(rollouts, free):
+        assert r.tokens[: len(r.tokens)] == f.tokens[: len(r.tokens)]  # the same episode, stopped earlier
+        if len(f.turns) > 1:
+            assert len(r.turns) == 1 and r.cut and len(r.tokens) >= limit
+
+
 def test_python_math_episodes_run_through_the_same_collector(tokenizer, tiny):
     family = make_task_family("python-math", num_tasks=40)
     rollouts, _ = collect_rollouts(tiny, tokenizer, family, [family.train_ids[0]] * 2, settings(5, 2))

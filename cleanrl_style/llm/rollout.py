@@ -43,7 +43,10 @@ STOP_TOKEN_NAMES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>")
 
 @dataclass(frozen=True)
 class EpisodeLimits:
-    """Where the collector cuts an episode (reward 0) that the environment has not ended."""
+    """Where the collector cuts an episode (reward 0) that the environment has not ended: after
+    ``max_assistant_messages`` messages, or once its tokens reach ``max_context_tokens`` (checked
+    after each message and after each environment reply, so no message is generated from a
+    context past the limit, however long a tool's output)."""
 
     max_assistant_messages: int = 10
     max_context_tokens: int = 4096
@@ -339,6 +342,9 @@ def collect_rollouts(
                         conversations[i][-1] = {**last, "content": last["content"] + suffixes[i]}
                     rendered[i] = chat_template_text(tokenizer, conversations[i], generation_prompt=True)
                     r.extend(encode(tokenizer, _extension(after_answer, rendered[i])), policy=False)
+                    if len(r.tokens) >= limits.max_context_tokens:  # the reply filled the context: no message past it
+                        r.done = r.cut = True
+                        cut.append(i)
             vec.end_episodes(cut)
     finally:
         stage.close()
