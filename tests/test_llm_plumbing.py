@@ -169,7 +169,7 @@ def test_an_episode_whose_reply_fills_the_context_is_cut_before_another_message(
     limited = RolloutSettings(Sampling(max_new_tokens=6, greedy=True), EpisodeLimits(3, limit))
     rollouts, _ = collect_rollouts(tiny, tokenizer, family, ids, limited)
     for r, f in zip(rollouts, free):
-        assert r.tokens[: len(r.tokens)] == f.tokens[: len(r.tokens)]  # the same episode, stopped earlier
+        assert r.tokens == f.tokens[: len(r.tokens)]  # the same episode, stopped earlier
         if len(f.turns) > 1:
             assert len(r.turns) == 1 and r.cut and len(r.tokens) >= limit
 
@@ -231,7 +231,7 @@ def test_each_sampled_tokens_logprob_equals_a_full_pass_over_its_row(
     decoder (its own attention, the shared prefix read once for all rows, weights packed for the
     batch and fewer rows padded up to it), ``transformers`` the model's own forward. Under LoRA
     adapters with nonzero products the packed decoder merges them into its weights and the full pass
-    runs through peft's layers. With one long tool output, the rows past the others' new tokens
+    runs through peft's layers. With two long tool outputs, the rows past the others' new tokens
     are fed on their own, in blocks (``TAIL_BLOCK`` set to 64 here), the rest given masked columns:
     far fewer tokens computed than padding every row to the longest, the same log-probabilities."""
     monkeypatch.setattr(generation, "TAIL_BLOCK", 64)

@@ -260,8 +260,8 @@ class TurnGenerator:
 
         Chunks of similar length are right-padded into one forward. Where a few rows bring far more
         tokens than the rest (a long tool output), padding every row to the longest would compute
-        rows x longest tokens, and the attention of that one forward grows with it (32 rows, one of
-        1,000 new tokens: 111 s of bf16 prefill on one core for 1,900 real tokens). So all rows are
+        rows x longest tokens, and the attention of that one forward grows with it (the gain is
+        measured by ``benchmarks/uneven_prefill.py``, in benchmarks/README.md). So all rows are
         fed up to a cut, chosen to minimise the tokens computed, and the tails past it are fed for
         their rows only (see :meth:`_append_rows`), in blocks of at most ``TAIL_BLOCK`` columns; the
         other rows get masked columns, computed by no forward."""
