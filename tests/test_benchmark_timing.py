@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
@@ -50,8 +51,6 @@ def test_alternating_rounds_give_every_contender_a_time_per_call_in_each_round()
 
 
 def test_run_leanrl_passes_flags_and_threads_and_names_a_missing_or_failing_script(tmp_path):
-    import pytest
-
     with pytest.raises(SystemExit, match="no leanrl/sac.py there"):
         run_leanrl(tmp_path, sys.executable, "sac.py", [], 1)
     (tmp_path / "leanrl").mkdir()

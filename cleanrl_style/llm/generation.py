@@ -267,8 +267,7 @@ class TurnGenerator:
         other rows get masked columns, computed by no forward."""
         lengths = [len(c) for c in chunks]
         width, rows = max(lengths), len(chunks)
-        cut = min(sorted(set(lengths)), key=lambda c: rows * c + sum(n > c for n in lengths) * (width - c))
-        cost = rows * cut + sum(n > cut for n in lengths) * (width - cut)
+        cost, cut = min((rows * c + sum(n > c for n in lengths) * (width - c), c) for c in set(lengths))
         if rows == 1 or cost > 0.75 * rows * width or not self._can_feed_rows():  # one padded forward is cheaper
             return self._append_all(chunks)
         logits = self._append_all([c[:cut] for c in chunks])
