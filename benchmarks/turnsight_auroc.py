@@ -3,10 +3,11 @@
     python benchmarks/turnsight_auroc.py --model runs/recipes/llm_cpu_turnsight/python-math__sft__s1/model --test-kinds 5 6
     python benchmarks/turnsight_auroc.py --model <sft model> --rollouts 64 --out results/turnsight_gate/turns.csv
 
-Samples ``--rollouts`` episodes (groups of ``--group-size`` on random training tasks, temperature
-1, as TurnSight's training rollouts) from ``--model``, scores every turn as ``agents/turnsight.py``
-does (steps 1-4: hindsight blocks of each horizon, the teacher's gap, the cross-horizon agreement;
-its flags' defaults, ``--teacher policy``), and labels each turn by what the environment returned:
+Samples ``--rollouts`` episodes (groups of ``--group-size`` on random training tasks, at
+``--temperature`` as TurnSight's training rollouts; 1 by default) from ``--model``, scores every
+turn as ``agents/turnsight.py`` does (steps 1-4: hindsight blocks of each horizon, the teacher's
+gap, the cross-horizon agreement; its flags' defaults, ``--teacher policy``), and labels each turn
+by what the environment returned:
 
 - a turn with a tool call is **good** when every call ran and printed (no error message, exit
   code, kill, refusal or empty output), **bad** otherwise;
@@ -95,6 +96,7 @@ def main() -> None:
     parser.add_argument("--max-assistant-messages", type=int, default=4)
     parser.add_argument("--max-steps-per-turn", type=int, default=3)
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (the teacher scores at it too)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default="", help="CSV of one row per turn")
@@ -120,6 +122,7 @@ def main() -> None:
         max_steps_per_turn=args.max_steps_per_turn,
         precision=args.precision,
         group_size=args.group_size,
+        temperature=args.temperature,
     )
     setup = build_policy(args.model, "cpu", 0.0, with_reference=False)
     policy, tokenizer = setup.policy, setup.tokenizer
