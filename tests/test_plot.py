@@ -500,6 +500,31 @@ def test_zero_variance_groups_and_paired_held_out_success(tmp_path):
     assert float(pair["a - b"]) == pytest.approx(-0.25) and (pair["tasks a > b"], pair["tasks a < b"]) == ("0", "1")
 
 
+def test_held_out_success_by_problem_kind_against_a_hand_count(tmp_path):
+    root = tmp_path / "runs"
+    # task ids 0, 7 and 14 are kind 0 (prime sum), 3 is kind 3 (digit sum of a power); step 1 is an
+    # earlier evaluation the table must skip
+    per_seed = {1: {0: 1, 7: 0, 14: 0, 3: 1}, 2: {0: 1, 7: 1, 14: 0, 3: 0}}
+    for seed, outcomes in per_seed.items():
+        run = write_run(
+            root / f"grpo_{seed}", {"env": "python-math", "seed": seed}, [(2, 3.0, "charts/test_success_rate", 0.5)]
+        )
+        (run / "sweep.json").write_text(json.dumps({"label": "grpo"}))
+        lines = ["step,suffix,task_id,reward,turns,cut", "1,,0,0.0,2,0"]
+        lines += [f"2,,{t},{float(r)},2,0" for t, r in outcomes.items()]
+        (run / "held_out.csv").write_text("\n".join(lines) + "\n")
+    bank = write_run(root / "bank_1", {"env": "tools:bank", "seed": 1}, [(2, 3.0, "charts/test_success_rate", 0.5)])
+    (bank / "held_out.csv").write_text("step,suffix,task_id,reward,turns,cut\n2,,0,1.0,2,0\n")  # no kinds: left out
+    make_all(load_runs([root]), tmp_path / "plots", n_boot=100)
+    with open(tmp_path / "plots" / "llm_by_kind.csv", newline="") as f:
+        rows = {row["kind"]: row for row in csv.DictReader(f)}
+    assert sorted(rows) == ["0 prime sum", "3 digit sum of a power"]
+    prime = rows["0 prime sum"]  # seed 1: 1 of 3, seed 2: 2 of 3
+    assert (prime["line"], prime["tasks"], prime["seeds"], prime["by seed"]) == ("grpo", "3", "2", "0.33, 0.67")
+    assert float(prime["success (mean over seeds)"]) == pytest.approx(0.5)
+    assert float(rows["3 digit sum of a power"]["success (mean over seeds)"]) == pytest.approx(0.5)
+
+
 def cycle_run(tmp_path: Path, seed: int, visit_returns: list[float], label: str = "plain") -> Path:
     """A run on a 3-task cycle, 1,000 steps per visit per sub-environment and 2 sub-environments (2,000
     agent steps per visit), logging every 250 steps: -999 in each visit's first three quarters, then

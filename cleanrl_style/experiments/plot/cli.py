@@ -50,6 +50,8 @@ Reads every run under the given folders (a folder with ``progress.csv`` and ``ar
 ``llm_paired.md`` / ``llm_paired.csv``
     for language-model runs with ``held_out.csv``: each pair of lines evaluated on the same
     held-out tasks, their success difference task by task with a 95% bootstrap over tasks.
+``llm_by_kind.md`` / ``llm_by_kind.csv``
+    for ``python-math`` runs: held-out success per problem kind, each seed's and their mean.
 
 Lines are named by the sweep's label (``sweep.json``), else by the agent (``exp_name``) and the
 arguments that differ between its runs; ``--group-by nap learning_rate`` names them by those
@@ -85,7 +87,7 @@ from cleanrl_style.experiments.plot.aggregates import (
 )
 from cleanrl_style.experiments.plot.curves import plot_curves
 from cleanrl_style.experiments.plot.data import RETURN, RunData, load_runs
-from cleanrl_style.experiments.plot.llm import llm_summary_rows, paired_held_out_rows, plot_llm
+from cleanrl_style.experiments.plot.llm import held_out_by_kind_rows, llm_summary_rows, paired_held_out_rows, plot_llm
 from cleanrl_style.experiments.plot.nap import plot_nap
 from cleanrl_style.experiments.plot.reference import with_reference
 from cleanrl_style.experiments.plot.scaling import growth_rows, plot_scaling, scaling_rows
@@ -156,6 +158,10 @@ def make_all(
     if paired:
         write_table(paired, out / "llm_paired.csv", out / "llm_paired.md", "Held-out success, paired task by task")
         written += [out / "llm_paired.csv", out / "llm_paired.md"]
+    by_kind = held_out_by_kind_rows(runs)
+    if by_kind:
+        write_table(by_kind, out / "llm_by_kind.csv", out / "llm_by_kind.md", "Held-out success by python-math problem kind")
+        written += [out / "llm_by_kind.csv", out / "llm_by_kind.md"]
     scaling = scaling_rows(runs, metric, final_fraction, ci, n_boot, seed)
     if scaling:
         title = f"Final {metric} against the critic's parameter count (one row per line and env)"

@@ -139,23 +139,60 @@ def plot_llm(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
     return paths
 
 
+def last_evaluation(run: RunData) -> list[dict[str, str]]:
+    """The rows of the run's ``held_out.csv`` from its last evaluation (none without the file)."""
+    path = run.path / "held_out.csv" if run.path is not None else None
+    if path is None or not path.exists():
+        return []
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    last = max((int(row["step"]) for row in rows), default=0)
+    return [row for row in rows if int(row["step"]) == last]
+
+
 def held_out_outcomes(group: list[RunData]) -> dict[str, dict[int, float]]:
     """Per reward-token suffix ('' for none): each held-out task's success at the run's last
     evaluation, averaged over the group's seeds (from each run's ``held_out.csv``)."""
     per_suffix: dict[str, dict[int, list[float]]] = {}
     for r in group:
-        path = r.path / "held_out.csv" if r.path is not None else None
-        if path is None or not path.exists():
-            continue
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-        if not rows:
-            continue
-        last = max(int(row["step"]) for row in rows)
-        for row in rows:
-            if int(row["step"]) == last:
-                per_suffix.setdefault(row["suffix"], {}).setdefault(int(row["task_id"]), []).append(float(row["reward"]))
+        for row in last_evaluation(r):
+            per_suffix.setdefault(row["suffix"], {}).setdefault(int(row["task_id"]), []).append(float(row["reward"]))
     return {suffix: {t: float(np.mean(v)) for t, v in tasks.items()} for suffix, tasks in per_suffix.items()}
+
+
+def held_out_by_kind_rows(runs: list[RunData]) -> list[dict]:
+    """For python-math lines: held-out success at the last evaluation per problem kind, as the mean
+    over the kind's tasks of each seed, then over seeds (with each seed's value). A line's held-out
+    success moves only through the kinds where it is neither 0 nor 1, which this table shows."""
+    from envs.text.families import PYTHON_MATH, PYTHON_MATH_SIBLINGS
+    from envs.text.tir_env import ALL_KINDS, problem_kind
+
+    rows = []
+    for (label, env), group in sorted(by_label_and_env(runs).items()):
+        if env not in (PYTHON_MATH, PYTHON_MATH_SIBLINGS):
+            continue
+        siblings = env == PYTHON_MATH_SIBLINGS
+        per_seed: list[dict[int, list[float]]] = []
+        for r in sorted(group, key=lambda r: r.seed):
+            kinds: dict[int, list[float]] = {}
+            for row in last_evaluation(r):
+                kinds.setdefault(problem_kind(int(row["task_id"]), siblings), []).append(float(row["reward"]))
+            if kinds:
+                per_seed.append(kinds)
+        for kind in sorted({k for kinds in per_seed for k in kinds}):
+            values = [float(np.mean(kinds[kind])) for kinds in per_seed if kind in kinds]
+            rows.append(
+                {
+                    "env": env,
+                    "line": label,
+                    "kind": f"{kind} {ALL_KINDS[kind]}",
+                    "tasks": len(next(kinds[kind] for kinds in per_seed if kind in kinds)),
+                    "seeds": len(values),
+                    "success (mean over seeds)": float(np.mean(values)),
+                    "by seed": ", ".join(f"{v:.2f}" for v in values),
+                }
+            )
+    return rows
 
 
 TASK_ARGS = ("num_tasks", "task_seed", "variants", "test_kinds")
