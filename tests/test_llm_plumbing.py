@@ -569,6 +569,41 @@ def test_a_shared_prefix_gives_the_gradient_of_the_full_batch(tokenizer, checkpo
         assert (shared[name] - grad).abs().max() <= 1e-5 * grad.abs().max(), name
 
 
+def test_micro_batches_keep_a_long_sequence_from_padding_short_ones():
+    from cleanrl_style.llm.tokens import micro_batches
+
+    # rows of 600 tokens, four to a micro-batch: cut by the row count alone
+    assert micro_batches([0, 1, 2, 3, 4], [600] * 5, 4) == [[0, 1, 2, 3], [4]]
+    # a 4,096-token row after one of 600: 2 x 4,096 <= 2 x 4,696, kept; a third row would pad
+    # 3 x 4,096 = 12,288 > 2 x 5,296, so the cut closes, and the next short rows go together
+    assert micro_batches([0, 1, 2, 3, 4], [600, 4096, 600, 600, 600], 4) == [[0, 1], [2, 3, 4]]
+    assert micro_batches([3, 0, 2, 1], [600, 600, 700, 4096], 4) == [[3, 0], [2, 1]]  # cut along ``order``
+    # padded exactly twice the real tokens stays together (3 x 300 = 2 x 450); one token fewer is cut
+    assert micro_batches([0, 1, 2], [300, 75, 75], 4) == [[0, 1, 2]]
+    assert micro_batches([0, 1, 2], [300, 75, 74], 4) == [[0, 1], [2]]
+    assert micro_batches([], [], 4) == []
+    with pytest.raises(ValueError, match="micro_batch_size must be at least 1"):
+        micro_batches([0], [5], 0)
+
+
+def test_gradient_step_is_the_same_whatever_the_micro_batch_cut(tokenizer):
+    """A long row among short ones is cut apart; the accumulated gradient is the sum over every
+    sequence either way, so an SGD step from four rows a micro-batch and from one lands alike."""
+    sequences = [[5, 6, 7, 8] + [9] * 40, [5, 6, 10, 11], [5, 6, 12, 13], [5, 6, 14, 15]]
+    masks = [[False, False] + [True] * (len(s) - 2) for s in sequences]
+    per_token = {"advantages": [torch.full((len(s),), a) for s, a in zip(sequences, (1.0, -1.0, 0.5, 2.0))]}
+    weights = []
+    for rows in (4, 1):
+        model = build_tiny_model(tokenizer, seed=3)
+        start = [p.detach().clone() for p in model.parameters()]
+        optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+        gradient_step(model, optimizer, sequences, masks, tokenizer.pad_token_id, advantage_loss,
+                      per_token=per_token, micro_batch_size=rows, max_grad_norm=1e9)  # fmt: skip
+        weights.append(torch.cat([(p.detach() - s0).flatten() for p, s0 in zip(model.parameters(), start)]))
+    assert weights[0].abs().max() > 0  # the step moved the weights
+    torch.testing.assert_close(weights[0], weights[1], rtol=1e-3, atol=1e-5)  # float rounding of other widths
+
+
 def advantage_loss(logp, extras):
     return -logp * extras["advantages"], {"weighted": extras["advantages"]}
 

@@ -88,6 +88,34 @@ def prefix_order(sequences: Sequence[Sequence[int]]) -> list[int]:
     return sorted(range(len(sequences)), key=lambda i: tuple(sequences[i]))
 
 
+MAX_PADDING_RATIO = 2.0
+"""``micro_batches`` closes a micro-batch early rather than let its padded size (rows x longest
+row) pass this multiple of its real tokens."""
+
+
+def micro_batches(order: Sequence[int], lengths: Sequence[int], max_rows: int) -> list[list[int]]:
+    """Consecutive cuts of ``order`` (``prefix_order``) of at most ``max_rows`` sequences, each
+    closed early where the next sequence would take its padded size past ``MAX_PADDING_RATIO``
+    times its real tokens. Every row of a micro-batch is padded to its longest, and attention costs
+    the square of that width: one 4,096-token episode cut in with three of 600 tokens makes all four
+    rows 4,096 wide. Sums over micro-batches do not depend on the cut, apart from rounding."""
+    if max_rows < 1:
+        raise ValueError(f"micro_batch_size must be at least 1, got {max_rows}")
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = real = 0
+    for i in order:
+        n = lengths[i]
+        if current and (len(current) == max_rows or (len(current) + 1) * max(longest, n) > MAX_PADDING_RATIO * (real + n)):
+            batches.append(current)
+            current, longest, real = [], 0, 0
+        current.append(i)
+        longest, real = max(longest, n), real + n
+    if current:
+        batches.append(current)
+    return batches
+
+
 def masked_mean_per_sequence(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of ``values`` over each sequence's masked tokens; (B,)."""
     return (values * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
@@ -105,15 +133,13 @@ def batched_logprobs(
     progress: WorkProgress | None = None,
     stage_name: str = "log-probs",
 ) -> list[torch.Tensor]:
-    """``token_logprobs`` for many sequences, micro-batched (cut from ``prefix_order``), without
+    """``token_logprobs`` for many sequences, micro-batched (``micro_batches``), without
     gradient; one (len_i,) float32 tensor each, in the order of ``sequences``."""
     device = next(model.parameters()).device
     out: list[torch.Tensor] = [torch.empty(0)] * len(sequences)
-    order = prefix_order(sequences)
-    starts = range(0, len(sequences), micro_batch_size)
-    with (progress or WorkProgress(enabled=False)).stage(stage_name, total=len(starts), unit="micro-batch") as stage:
-        for k, start in enumerate(starts, 1):
-            idx = order[start : start + micro_batch_size]
+    cuts = micro_batches(prefix_order(sequences), [len(s) for s in sequences], micro_batch_size)
+    with (progress or WorkProgress(enabled=False)).stage(stage_name, total=len(cuts), unit="micro-batch") as stage:
+        for k, idx in enumerate(cuts, 1):
             batch = pad_batch([sequences[i] for i in idx], [masks[i] for i in idx], pad_id, device)
             with autocast(precision, device):
                 logp = token_logprobs(model, batch.input_ids, batch.attention_mask, batch.mask, temperature)
@@ -148,7 +174,7 @@ def gradient_step(
     progress: WorkProgress | None = None,
 ) -> dict[str, float]:
     """One optimizer step of a per-token loss over all sequences, gradients accumulated over
-    micro-batches (cut from ``prefix_order``).
+    micro-batches (``micro_batches``).
 
     Args:
         sequences, masks: Token ids and trained-token masks, one list each per sequence.
@@ -172,11 +198,9 @@ def gradient_step(
     optimizer.zero_grad(set_to_none=True)
     total_tokens = max(sum(sum(m[1:]) for m in masks), 1)
     loss_sum, sums = 0.0, dict[str, float]()
-    order = prefix_order(sequences)
-    starts = range(0, len(sequences), micro_batch_size)
-    with (progress or WorkProgress(enabled=False)).stage("update", total=len(starts), unit="micro-batch") as stage:
-        for k, start in enumerate(starts, 1):
-            idx = order[start : start + micro_batch_size]
+    cuts = micro_batches(prefix_order(sequences), [len(s) for s in sequences], micro_batch_size)
+    with (progress or WorkProgress(enabled=False)).stage("update", total=len(cuts), unit="micro-batch") as stage:
+        for k, idx in enumerate(cuts, 1):
             batch = pad_batch([sequences[i] for i in idx], [masks[i] for i in idx], pad_id, device)
             width = batch.input_ids.shape[1]
             extras = {
