@@ -1,5 +1,6 @@
-"""Timing contenders in alternating rounds, the way every benchmark here compares them, and the
-matrix-product ceiling an update is measured against.
+"""Timing contenders in alternating rounds, the way every benchmark here compares them, the
+matrix-product ceiling an update is measured against, and the process's peak memory over a timed
+part.
 
 The machine's speed drifts over minutes, so each contender gets a slice of every round in turn
 and the benchmarks report medians over rounds (or of per-round ratios). The ceiling replays the
@@ -115,3 +116,16 @@ def matmul_peak(dtype: torch.dtype, device: str, size: int = 256, seconds: float
         a @ b
         count += 1
     return 2 * size**3 * count / (time.perf_counter() - start) / 1e9
+
+
+def reset_high_water() -> None:
+    """Start the process's resident-memory high-water mark (``VmHWM``) afresh (Linux)."""
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")
+
+
+def high_water_mb() -> float:
+    """The process's resident-memory high-water mark in MB (2^20 bytes) since the last reset."""
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("VmHWM"))
+    return int(line.split()[1]) / 1024

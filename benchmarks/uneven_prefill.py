@@ -20,20 +20,10 @@ import platform
 import time
 
 import torch
+from timing import high_water_mb, reset_high_water  # benchmarks/timing.py, beside this script
 
 from cleanrl_style.llm.generation import Sampling, TurnGenerator
 from cleanrl_style.llm.model import load_causal_lm
-
-
-def high_water_mb() -> float:
-    with open("/proc/self/status") as status:
-        line = next(line for line in status if line.startswith("VmHWM"))
-    return int(line.split()[1]) / 1024
-
-
-def reset_high_water() -> None:
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")
 
 
 def one_round(model, tokenizer, args, split: bool) -> tuple[float, float, list[list[int]]]:
