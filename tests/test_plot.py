@@ -513,11 +513,17 @@ def test_held_out_success_by_problem_kind_against_a_hand_count(tmp_path):
         lines = ["step,suffix,task_id,reward,turns,cut", "1,,0,0.0,2,0"]
         lines += [f"2,,{t},{float(r)},2,0" for t, r in outcomes.items()]
         (run / "held_out.csv").write_text("\n".join(lines) + "\n")
+    rctp = write_run(root / "rctp_1", {"env": "python-math", "seed": 1}, [(2, 3.0, "charts/test_success_rate", 0.5)])
+    (rctp / "sweep.json").write_text(json.dumps({"label": "rctp"}))
+    (rctp / "held_out.csv").write_text("step,suffix,task_id,reward,turns,cut\n2,high,0,1.0,2,0\n2,low,0,0.0,2,0\n")
     bank = write_run(root / "bank_1", {"env": "tools:bank", "seed": 1}, [(2, 3.0, "charts/test_success_rate", 0.5)])
     (bank / "held_out.csv").write_text("step,suffix,task_id,reward,turns,cut\n2,,0,1.0,2,0\n")  # no kinds: left out
     make_all(load_runs([root]), tmp_path / "plots", n_boot=100)
     with open(tmp_path / "plots" / "llm_by_kind.csv", newline="") as f:
-        rows = {row["kind"]: row for row in csv.DictReader(f)}
+        table = list(csv.DictReader(f))
+    tokens = {row["line"]: row["success (mean over seeds)"] for row in table if row["line"].startswith("rctp")}
+    assert tokens == {"rctp (high)": "1.0", "rctp (low)": "0.0"}  # each reward token a line of its own
+    rows = {row["kind"]: row for row in table if row["line"] == "grpo"}
     assert sorted(rows) == ["0 prime sum", "3 digit sum of a power"]
     prime = rows["0 prime sum"]  # seed 1: 1 of 3, seed 2: 2 of 3
     assert (prime["line"], prime["tasks"], prime["seeds"], prime["by seed"]) == ("grpo", "3", "2", "0.33, 0.67")

@@ -162,8 +162,9 @@ def held_out_outcomes(group: list[RunData]) -> dict[str, dict[int, float]]:
 
 def held_out_by_kind_rows(runs: list[RunData]) -> list[dict]:
     """For python-math lines: held-out success at the last evaluation per problem kind, as the mean
-    over the kind's tasks of each seed, then over seeds (with each seed's value). A line's held-out
-    success moves only through the kinds where it is neither 0 nor 1, which this table shows."""
+    over the kind's tasks of each seed, then over seeds (with each seed's value); an RCTP run's
+    reward tokens are lines of their own, as in ``paired_held_out_rows``. A line's held-out success
+    moves only through the kinds where it is neither 0 nor 1, which this table shows."""
     from envs.text.families import PYTHON_MATH, PYTHON_MATH_SIBLINGS
     from envs.text.tir_env import ALL_KINDS, problem_kind
 
@@ -172,26 +173,28 @@ def held_out_by_kind_rows(runs: list[RunData]) -> list[dict]:
         if env not in (PYTHON_MATH, PYTHON_MATH_SIBLINGS):
             continue
         siblings = env == PYTHON_MATH_SIBLINGS
-        per_seed: list[dict[int, list[float]]] = []
+        per_suffix: dict[str, list[dict[int, list[float]]]] = {}
         for r in sorted(group, key=lambda r: r.seed):
-            kinds: dict[int, list[float]] = {}
+            by_suffix: dict[str, dict[int, list[float]]] = {}
             for row in last_evaluation(r):
+                kinds = by_suffix.setdefault(row["suffix"], {})
                 kinds.setdefault(problem_kind(int(row["task_id"]), siblings), []).append(float(row["reward"]))
-            if kinds:
-                per_seed.append(kinds)
-        for kind in sorted({k for kinds in per_seed for k in kinds}):
-            values = [float(np.mean(kinds[kind])) for kinds in per_seed if kind in kinds]
-            rows.append(
-                {
-                    "env": env,
-                    "line": label,
-                    "kind": f"{kind} {ALL_KINDS[kind]}",
-                    "tasks": len(next(kinds[kind] for kinds in per_seed if kind in kinds)),
-                    "seeds": len(values),
-                    "success (mean over seeds)": float(np.mean(values)),
-                    "by seed": ", ".join(f"{v:.2f}" for v in values),
-                }
-            )
+            for suffix, kinds in by_suffix.items():
+                per_suffix.setdefault(suffix, []).append(kinds)
+        for suffix, per_seed in sorted(per_suffix.items()):
+            for kind in sorted({k for kinds in per_seed for k in kinds}):
+                values = [float(np.mean(kinds[kind])) for kinds in per_seed if kind in kinds]
+                rows.append(
+                    {
+                        "env": env,
+                        "line": f"{label} ({suffix})" if suffix else label,
+                        "kind": f"{kind} {ALL_KINDS[kind]}",
+                        "tasks": len(next(kinds[kind] for kinds in per_seed if kind in kinds)),
+                        "seeds": len(values),
+                        "success (mean over seeds)": float(np.mean(values)),
+                        "by seed": ", ".join(f"{v:.2f}" for v in values),
+                    }
+                )
     return rows
 
 
