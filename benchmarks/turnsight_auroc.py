@@ -90,6 +90,7 @@ def main() -> None:
     parser.add_argument("--model", default="", help="model folder (empty: SmolLM2-135M-Instruct)")
     parser.add_argument("--env", default="python-math")
     parser.add_argument("--test-kinds", type=int, nargs="*", default=[], help="python-math kinds held out (as the SFT run)")
+    parser.add_argument("--kinds", type=int, nargs="*", default=[], help="python-math kinds kept (as the RL run; empty: all)")
     parser.add_argument("--rollouts", type=int, default=64)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=96)
@@ -117,6 +118,7 @@ def main() -> None:
         env=args.env,
         model=args.model,
         test_kinds=tuple(args.test_kinds),
+        kinds=tuple(args.kinds),
         max_new_tokens=args.max_new_tokens,
         max_assistant_messages=args.max_assistant_messages,
         max_steps_per_turn=args.max_steps_per_turn,

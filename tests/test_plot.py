@@ -500,6 +500,18 @@ def test_zero_variance_groups_and_paired_held_out_success(tmp_path):
     assert float(pair["a - b"]) == pytest.approx(-0.25) and (pair["tasks a > b"], pair["tasks a < b"]) == ("0", "1")
 
 
+def test_runs_pair_on_held_out_tasks_only_under_the_same_kind_filter():
+    from cleanrl_style.experiments.plot.llm import task_args
+
+    def run(**args):
+        return RunData("python-math", 1, "grpo", {}, {"num_tasks": 1000, "task_seed": 0, "variants": ["base"], **args})
+
+    before_the_flags = run()  # a run recorded before --test-kinds and --kinds existed: every kind
+    assert task_args(before_the_flags) == task_args(run(test_kinds=[], kinds=[]))
+    assert task_args(run(kinds=[4, 6])) != task_args(run(kinds=[]))
+    assert task_args(run(test_kinds=[6])) != task_args(run(kinds=[6]))
+
+
 def test_held_out_success_by_problem_kind_against_a_hand_count(tmp_path):
     root = tmp_path / "runs"
     # task ids 0, 7 and 14 are kind 0 (prime sum), 3 is kind 3 (digit sum of a power); step 1 is an

@@ -88,6 +88,9 @@ class LLMRunArgs(BaseRunArgs):
     """python-math: problem kinds held out whole as the test split (0 prime sum, 1 divisor count,
     2 Fibonacci modulo m, 3 digit sum of a power, 4 multiples of a or b, 5 compound interest,
     6 binomial coefficient); empty: a hashed ~20% of every kind"""
+    kinds: tuple[int, ...] = ()
+    """python-math: the problem kinds kept, for training and evaluation alike (numbered as for
+    --test-kinds; for example the kinds a warm start solves only sometimes); empty: every kind"""
     eval_max_new_tokens: int = 0
     """tokens per assistant message in evaluation (0: same as max_new_tokens)"""
 
@@ -135,4 +138,5 @@ class LLMRunArgs(BaseRunArgs):
             max_steps_per_turn=self.max_steps_per_turn,
             require_gold_calls=self.require_gold_calls,
             test_kinds=self.test_kinds,
+            kinds=self.kinds,
         )

@@ -103,6 +103,7 @@ def make_task_family(
     require_gold_calls: bool = False,
     sandbox_limits: Any = None,
     test_kinds: Sequence[int] = (),
+    kinds: Sequence[int] = (),
 ) -> TaskFamily:
     """The family a name describes (see the module docstring for the names).
 
@@ -118,27 +119,32 @@ def make_task_family(
         test_kinds: python-math: problem kinds (``envs.text.tir_env.ALL_KINDS`` indices, 0-6, or 0-13
             for python-math-siblings) held out whole as the test split, so evaluation asks for kinds
             training never saw; empty: the hashed ~20% split of every kind.
+        kinds: python-math: the problem kinds the family keeps, train and test split alike (the
+            test split is then the hashed ~20% of these kinds, or ``test_kinds`` among them), for
+            example the kinds a warm start solves only sometimes, whose groups have reward
+            variance; empty: every kind.
 
     Raises:
         ValueError: an unknown name, with the forms that exist and the closest match.
     """
-    if test_kinds and name not in (PYTHON_MATH, PYTHON_MATH_SIBLINGS):
-        raise ValueError(
-            f"test kinds (whole problem kinds held out) exist for {PYTHON_MATH} and {PYTHON_MATH_SIBLINGS} only, not {name!r}"
-        )
+    if (test_kinds or kinds) and name not in (PYTHON_MATH, PYTHON_MATH_SIBLINGS):
+        flag = "test kinds (whole problem kinds held out)" if test_kinds else "kinds (the problem kinds kept)"
+        raise ValueError(f"{flag} exist for {PYTHON_MATH} and {PYTHON_MATH_SIBLINGS} only, not {name!r}")
     if name in (PYTHON_MATH, PYTHON_MATH_SIBLINGS):
         from envs.text.tir_env import ALL_KINDS, ProblemSet, PythonReasoningEnv, problem_kind
 
         siblings = name == PYTHON_MATH_SIBLINGS
-        kinds = ALL_KINDS if siblings else ALL_KINDS[:7]
+        all_kinds = ALL_KINDS if siblings else ALL_KINDS[:7]
         problems = ProblemSet(num_problems=num_tasks, seed=task_seed, split=None, siblings=siblings)
-        ids = list(problems.problem_ids)
+        names = ", ".join(f"{k} {kind}" for k, kind in enumerate(all_kinds))
+        kept = set(kinds) or set(range(len(all_kinds)))
+        if not kept <= set(range(len(all_kinds))):
+            raise ValueError(f"kinds {sorted(set(kinds))}: give kinds among 0-{len(all_kinds) - 1} ({names})")
+        ids = [i for i in problems.problem_ids if problem_kind(i, siblings) in kept]
         held_out = set(test_kinds)
-        if not held_out <= set(range(len(kinds))) or len(held_out) == len(kinds):
-            raise ValueError(
-                f"test kinds {sorted(held_out)}: give some but not all of 0-{len(kinds) - 1} "
-                f"({', '.join(f'{k} {kind}' for k, kind in enumerate(kinds))})"
-            )
+        if not held_out <= kept or len(held_out) == len(kept):
+            among = f"0-{len(all_kinds) - 1}" if len(kept) == len(all_kinds) else f"the kinds kept, {sorted(kept)}"
+            raise ValueError(f"test kinds {sorted(held_out)}: give some but not all of {among} ({names})")
         is_test = (lambda i: problem_kind(i, siblings) in held_out) if held_out else (lambda i: split_of(i) == "test")
         return TaskFamily(
             name=name,

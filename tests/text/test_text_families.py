@@ -36,6 +36,41 @@ def test_held_out_kinds_must_be_some_but_not_all_of_the_kinds(kinds):
         make_task_family("python-math", num_tasks=70, test_kinds=kinds)
 
 
+def test_kept_kinds_filter_both_splits_and_keep_the_hashed_split_of_each_id():
+    family = make_task_family("python-math", num_tasks=700, kinds=(6, 4))
+    kept = [i for i in range(700) if i % 7 in (4, 6)]
+    assert family.train_ids == [i for i in kept if split_of(i) == "train"]
+    assert family.test_ids == [i for i in kept if split_of(i) == "test"]
+    assert {problem_kind(i) for i in family.test_ids} == {4, 6}
+    # the same id is the same problem, and in the same split, with or without the filter
+    every = make_task_family("python-math", num_tasks=700)
+    assert set(family.test_ids) == {i for i in every.test_ids if i % 7 in (4, 6)}
+    # whole kinds held out among the kinds kept
+    family = make_task_family("python-math", num_tasks=70, kinds=(4, 6), test_kinds=(6,))
+    assert {problem_kind(i) for i in family.train_ids} == {4} and {problem_kind(i) for i in family.test_ids} == {6}
+
+
+@pytest.mark.parametrize(
+    ("kinds", "test_kinds", "message"),
+    [
+        ((7,), (), r"kinds \[7\]: give kinds among 0-6 \(0 prime sum"),
+        ((4, -1), (), r"kinds \[-1, 4\]: give kinds among 0-6"),
+        ((4, 6), (4, 6), r"test kinds \[4, 6\]: give some but not all of the kinds kept, \[4, 6\]"),
+        ((4, 6), (5,), r"test kinds \[5\]: give some but not all of the kinds kept, \[4, 6\]"),
+    ],
+)
+def test_bad_kept_kinds_are_refused_with_the_kinds_that_exist(kinds, test_kinds, message):
+    with pytest.raises(ValueError, match=message):
+        make_task_family("python-math", num_tasks=70, kinds=kinds, test_kinds=test_kinds)
+
+
+def test_kept_kinds_are_refused_for_the_tool_suites():
+    with pytest.raises(
+        ValueError, match=r"kinds \(the problem kinds kept\) exist for python-math and python-math-siblings only"
+    ):
+        make_task_family("tools:bank", num_tasks=20, kinds=(1,))
+
+
 def test_held_out_kinds_are_refused_for_the_tool_suites():
     with pytest.raises(ValueError, match="exist for python-math and python-math-siblings only"):
         make_task_family("tools:bank", num_tasks=20, test_kinds=(1,))

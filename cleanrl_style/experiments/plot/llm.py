@@ -198,13 +198,15 @@ def held_out_by_kind_rows(runs: list[RunData]) -> list[dict]:
     return rows
 
 
-TASK_ARGS = ("num_tasks", "task_seed", "variants", "test_kinds")
+TASK_ARGS = ("num_tasks", "task_seed", "variants", "test_kinds", "kinds")
 """The flags that decide which task a held-out task id is (``cleanrl_style.llm.args``)."""
 
 
 def task_args(run: RunData) -> tuple:
-    """The run's ``TASK_ARGS`` values (lists as tuples; an absent flag as None)."""
-    return tuple(tuple(v) if isinstance(v, list) else v for v in (run.args.get(k) for k in TASK_ARGS))
+    """The run's ``TASK_ARGS`` values (lists as tuples; an absent kind filter as every kind, the
+    meaning it had before the flag existed; any other absent flag as None)."""
+    every_kind = {"test_kinds": [], "kinds": []}
+    return tuple(tuple(v) if isinstance(v, list) else v for v in (run.args.get(k, every_kind.get(k)) for k in TASK_ARGS))
 
 
 def paired_held_out_rows(runs: list[RunData], n_boot: int = 2000, seed: int = 0) -> list[dict]:
