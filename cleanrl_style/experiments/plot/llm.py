@@ -205,7 +205,7 @@ TASK_ARGS = ("num_tasks", "task_seed", "variants", "test_kinds", "kinds")
 def task_args(run: RunData) -> tuple:
     """The run's ``TASK_ARGS`` values (lists as tuples; an absent kind filter as every kind, the
     meaning it had before the flag existed; any other absent flag as None)."""
-    every_kind = {"test_kinds": [], "kinds": []}
+    every_kind: dict[str, list[int]] = {"test_kinds": [], "kinds": []}
     return tuple(tuple(v) if isinstance(v, list) else v for v in (run.args.get(k, every_kind.get(k)) for k in TASK_ARGS))
 
 
