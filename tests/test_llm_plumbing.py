@@ -581,6 +581,8 @@ def test_micro_batches_keep_a_long_sequence_from_padding_short_ones():
     # padded exactly twice the real tokens stays together (3 x 300 = 2 x 450); one token fewer is cut
     assert micro_batches([0, 1, 2], [300, 75, 75], 4) == [[0, 1, 2]]
     assert micro_batches([0, 1, 2], [300, 75, 74], 4) == [[0, 1], [2]]
+    # the same edge after a cut by the row count: the real tokens count afresh from the cut
+    assert micro_batches(list(range(6)), [10, 10, 10, 300, 75, 74], 3) == [[0, 1, 2], [3, 4], [5]]
     assert micro_batches([], [], 4) == []
     with pytest.raises(ValueError, match="micro_batch_size must be at least 1"):
         micro_batches([0], [5], 0)
