@@ -500,6 +500,42 @@ def test_zero_variance_groups_and_paired_held_out_success(tmp_path):
     assert float(pair["a - b"]) == pytest.approx(-0.25) and (pair["tasks a > b"], pair["tasks a < b"]) == ("0", "1")
 
 
+def test_held_out_success_by_seed_paired_seed_by_seed_with_an_interval_from_five_seeds(tmp_path):
+    """The summary gives each seed's last held-out success; the paired table each seed's difference
+    (a one-run line, a fixed model's greedy evaluation, pairs with every seed), with rliable's
+    bootstrap over seeds from 5 seeds on and the seeds' range below."""
+    root = tmp_path / "runs"
+    # 4 tasks; seed s of "grpo" solves the first s tasks of 4 (capped), "ts" the first s - 1, "warm" task 0
+    lines = {"grpo": {s: min(s, 4) for s in range(1, 6)}, "ts": {s: min(s - 1, 4) for s in range(1, 6)}, "warm": {1: 1}}
+    lines["short"] = {1: 2, 2: 2, 3: 2}  # three seeds: a range, no interval
+    for label, solved_by_seed in lines.items():
+        for seed, solved in solved_by_seed.items():
+            rows = [(1, 1.0, "charts/zero_variance_fraction", 0.5), (1, 2.0, "charts/test_success_rate", solved / 4)]
+            run = write_run(root / f"{label}_{seed}", {"env": "tools:bank", "seed": seed, "groups_per_step": 4}, rows)
+            (run / "sweep.json").write_text(json.dumps({"label": label}))
+            outcome = [f"1,,{t},{float(t < solved)},3,0" for t in range(4)]
+            (run / "held_out.csv").write_text("\n".join(["step,suffix,task_id,reward,turns,cut", *outcome]) + "\n")
+    make_all(load_runs([root]), tmp_path / "plots", n_boot=100)
+    with open(tmp_path / "plots" / "llm_summary.csv", newline="") as f:
+        summary = {row["agent"]: row for row in csv.DictReader(f)}
+    assert summary["ts"]["test success (last) by seed"] == "s1: 0.000, s2: 0.250, s3: 0.500, s4: 0.750, s5: 1.000"
+    low, high = (float(x) for x in summary["ts"]["test success (last) interval over seeds"].split("]")[0][1:].split(","))
+    assert 0.0 < low < 0.5 < high < 1.0  # a bootstrap of the mean 0.5, inside the seeds' range [0, 1]
+    assert "percentile bootstrap, n = 5" in summary["ts"]["test success (last) interval over seeds"]
+    assert summary["short"]["test success (last) interval over seeds"] == "range [0.500, 0.500] (n = 3 < 5: no interval)"
+    with open(tmp_path / "plots" / "llm_paired.csv", newline="") as f:
+        pairs = {(row["a"], row["b"]): row for row in csv.DictReader(f)}
+    grpo_ts = pairs[("grpo", "ts")]
+    assert grpo_ts["a - b by seed"] == "s1: +0.250, s2: +0.250, s3: +0.250, s4: +0.250, s5: +0.000"
+    low, high = (float(x) for x in grpo_ts["a - b interval over seeds"].split("]")[0][1:].split(","))
+    assert 0.0 <= low <= 0.2 <= high <= 0.25
+    # the warm start's one run against each seed: grpo seed s solves min(s, 4) of 4 tasks, warm 1 of 4
+    assert pairs[("grpo", "warm")]["a - b by seed"] == "s1: +0.000, s2: +0.250, s3: +0.500, s4: +0.750, s5: +0.750"
+    # shared seeds only: short's seeds 1-3 against grpo's
+    assert pairs[("grpo", "short")]["a - b by seed"] == "s1: -0.250, s2: +0.000, s3: +0.250"
+    assert pairs[("grpo", "short")]["a - b interval over seeds"] == "range [-0.250, 0.250] (n = 3 < 5: no interval)"
+
+
 def test_runs_pair_on_held_out_tasks_only_under_the_same_kind_filter():
     from cleanrl_style.experiments.plot.llm import task_args
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from cleanrl_style.experiments.plot.data import LLM_METRICS, RunData, by_label_and_env, file_part
-from cleanrl_style.experiments.plot.stats import band_note
+from cleanrl_style.experiments.plot.stats import MIN_SEEDS_FOR_CI, band_note, bootstrap_ci
 from cleanrl_style.experiments.plot.style import _colors, _draw_band, _pyplot, save_figure
 
 
@@ -45,8 +45,30 @@ def zero_variance_groups(group: list[RunData]) -> dict[str, str]:
     }
 
 
+def over_seeds(by_seed: dict[int, float], signed: bool = False) -> dict[str, str]:
+    """Each seed's value, and the interval over seeds a table reports: rliable's 95% percentile
+    bootstrap of the mean from ``MIN_SEEDS_FOR_CI`` seeds on, the seeds' range below that."""
+    if not by_seed:
+        return {"by seed": "-", "interval over seeds": "-"}
+    values = np.array([by_seed[s] for s in sorted(by_seed)])
+    number = "{:+.3f}" if signed else "{:.3f}"
+    if len(values) >= MIN_SEEDS_FOR_CI:
+        low, high = bootstrap_ci(values)
+        interval = f"[{low:.3f}, {high:.3f}] (95% percentile bootstrap, n = {len(values)})"
+    else:
+        interval = f"range [{values.min():.3f}, {values.max():.3f}] (n = {len(values)} < {MIN_SEEDS_FOR_CI}: no interval)"
+    return {
+        "by seed": ", ".join(f"s{s}: {number.format(by_seed[s])}" for s in sorted(by_seed)),
+        "interval over seeds": interval,
+    }
+
+
+TEST = "charts/test_success_rate"
+
+
 def llm_summary_rows(runs: list[RunData]) -> list[dict]:
-    """One row per (line, env) of language-model runs; every figure a mean over the line's seeds."""
+    """One row per (line, env) of language-model runs; every figure a mean over the line's seeds,
+    and the last held-out success also by seed, with its interval over seeds (``over_seeds``)."""
     rows = []
     llm_runs = [r for r in runs if any(m in r.series for m in LLM_METRICS)]
 
@@ -61,6 +83,7 @@ def llm_summary_rows(runs: list[RunData]) -> list[dict]:
             step: np.mean([rows_[rows_[:, 0] == step, 2][-1] for rows_ in tested if step in rows_[:, 0]]) for step in steps
         }
         logged = [r.series[m] for r in group for m in LLM_METRICS if m in r.series and len(r.series[m])]
+        last_by_seed = {r.seed: float(r.series[TEST][-1, 2]) for r in group if len(r.series.get(TEST, ()))}
         rows.append(
             {
                 "agent": label,
@@ -69,6 +92,7 @@ def llm_summary_rows(runs: list[RunData]) -> list[dict]:
                 "iterations": int(max((rows_[:, 0].max() for rows_ in logged), default=0)),
                 "test success by iteration": ", ".join(f"{step}: {value:.3f}" for step, value in by_step.items()) or "-",
                 "test success (last)": float(by_step[steps[-1]]) if steps else float("nan"),
+                **{f"test success (last) {key}": value for key, value in over_seeds(last_by_seed).items()},
                 "train success (mean)": mean_of(group, "charts/success_rate", lambda a: a[:, 2].mean()),
                 "zero-variance fraction (mean)": mean_of(group, "charts/zero_variance_fraction", lambda a: a[:, 2].mean()),
                 **zero_variance_groups(group),
@@ -150,6 +174,32 @@ def last_evaluation(run: RunData) -> list[dict[str, str]]:
     return [row for row in rows if int(row["step"]) == last]
 
 
+def held_out_by_seed(group: list[RunData]) -> dict[str, dict[int, dict[int, float]]]:
+    """Per reward-token suffix ('' for none), per seed: each held-out task's success at the seed's
+    last evaluation."""
+    per_suffix: dict[str, dict[int, dict[int, float]]] = {}
+    for r in group:
+        for row in last_evaluation(r):
+            per_suffix.setdefault(row["suffix"], {}).setdefault(r.seed, {})[int(row["task_id"])] = float(row["reward"])
+    return per_suffix
+
+
+def paired_by_seed(a: dict[int, dict[int, float]], b: dict[int, dict[int, float]]) -> dict[int, float]:
+    """Each seed's held-out success of line a minus line b (means over the tasks both evaluated).
+    Seeds pair with the same seed of the other line; a line with one run, such as the greedy
+    evaluation of a fixed warm start, which no seed changes, pairs with every seed of the other."""
+    if len(b) == 1:
+        b = {seed: next(iter(b.values())) for seed in a}
+    elif len(a) == 1:
+        a = {seed: next(iter(a.values())) for seed in b}
+    diffs = {}
+    for seed in sorted(set(a) & set(b)):
+        tasks = sorted(set(a[seed]) & set(b[seed]))
+        if tasks:
+            diffs[seed] = float(np.mean([a[seed][t] - b[seed][t] for t in tasks]))
+    return diffs
+
+
 def held_out_outcomes(group: list[RunData]) -> dict[str, dict[int, float]]:
     """Per reward-token suffix ('' for none): each held-out task's success at the run's last
     evaluation, averaged over the group's seeds (from each run's ``held_out.csv``)."""
@@ -212,7 +262,9 @@ def task_args(run: RunData) -> tuple:
 def paired_held_out_rows(runs: list[RunData], n_boot: int = 2000, seed: int = 0) -> list[dict]:
     """Each pair of lines of one env evaluated on the same held-out tasks: the difference of their
     success, task by task (each task's success averaged over seeds), with a 95% percentile
-    bootstrap over tasks, and the tasks each line alone solved more often. The same tasks: the same
+    bootstrap over tasks, and the tasks each line alone solved more often; then the difference seed
+    by seed (``paired_by_seed``) with its interval over seeds (``over_seeds``): the bootstrap over
+    tasks holds the seeds fixed, the one over seeds covers their variance. The same tasks: the same
     task ids under the same task flags (``TASK_ARGS``); a task id names another task under other
     variants or held-out kinds, so such lines are not paired."""
     rows = []
@@ -220,12 +272,18 @@ def paired_held_out_rows(runs: list[RunData], n_boot: int = 2000, seed: int = 0)
         lines = {}
         for (label, line_env), group in by_label_and_env(runs).items():
             if line_env == env:
+                by_seed = held_out_by_seed(group)
                 for suffix, tasks in held_out_outcomes(group).items():
-                    lines[f"{label} ({suffix})" if suffix else label] = (tasks, len(group), task_args(group[0]))
+                    lines[f"{label} ({suffix})" if suffix else label] = (
+                        tasks,
+                        len(group),
+                        task_args(group[0]),
+                        by_seed[suffix],
+                    )
         names = sorted(lines)
         for i, a in enumerate(names):
             for b in names[i + 1 :]:
-                (ta, na, args_a), (tb, nb, args_b) = lines[a], lines[b]
+                (ta, na, args_a, seeds_a), (tb, nb, args_b, seeds_b) = lines[a], lines[b]
                 if set(ta) != set(tb) or args_a != args_b:
                     continue
                 task_ids = sorted(ta)
@@ -245,6 +303,10 @@ def paired_held_out_rows(runs: list[RunData], n_boot: int = 2000, seed: int = 0)
                         "95% bootstrap over tasks": f"[{np.percentile(boots, 2.5):.3f}, {np.percentile(boots, 97.5):.3f}]",
                         "tasks a > b": int((diff > 0).sum()),
                         "tasks a < b": int((diff < 0).sum()),
+                        **{
+                            f"a - b {key}": value
+                            for key, value in over_seeds(paired_by_seed(seeds_a, seeds_b), signed=True).items()
+                        },
                     }
                 )
     return rows
