@@ -91,6 +91,10 @@ class LLMRunArgs(BaseRunArgs):
     kinds: tuple[int, ...] = ()
     """python-math: the problem kinds kept, for training and evaluation alike (numbered as for
     --test-kinds; for example the kinds a warm start solves only sometimes); empty: every kind"""
+    python_output_chars: int = 8000
+    """python-math: characters of each python call's output (stdout and stderr) the model reads; the
+    rest is cut, and the tool message says so. SmolLM2 gives each digit its own token, so a printed
+    number of more digits than --max-context-tokens fills the context and cuts the episode"""
     eval_max_new_tokens: int = 0
     """tokens per assistant message in evaluation (0: same as max_new_tokens)"""
 
@@ -128,8 +132,20 @@ class LLMRunArgs(BaseRunArgs):
 
     def task_family(self):  # -> envs.text.families.TaskFamily
         """The task family ``--env`` names, with the task and reward flags."""
-        from envs.text.families import make_task_family
+        from envs.text.families import PYTHON_MATH, PYTHON_MATH_SIBLINGS, make_task_family
+        from envs.text.sandbox import SandboxLimits
 
+        if self.python_output_chars < 1:
+            raise ValueError(
+                f"--python-output-chars must be at least 1 (characters the model reads), got {self.python_output_chars}"
+            )
+        limits = SandboxLimits(output_chars=self.python_output_chars)
+        python_tool = self.env in (PYTHON_MATH, PYTHON_MATH_SIBLINGS)
+        if not python_tool and limits.output_chars != SandboxLimits().output_chars:
+            raise ValueError(
+                f"--python-output-chars {self.python_output_chars}: only python-math and python-math-siblings "
+                f"have a python tool, not {self.env!r}; leave the flag out"
+            )
         return make_task_family(
             self.env,
             num_tasks=self.num_tasks,
@@ -139,4 +155,5 @@ class LLMRunArgs(BaseRunArgs):
             require_gold_calls=self.require_gold_calls,
             test_kinds=self.test_kinds,
             kinds=self.kinds,
+            sandbox_limits=limits if python_tool else None,
         )

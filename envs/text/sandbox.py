@@ -150,6 +150,8 @@ class SandboxLimits:
             raise ValueError(f"allow_missing_layers: unknown layer(s) {unknown}; the layers are {list(LAYERS)}")
         if self.cpu_seconds < 1:
             raise ValueError(f"cpu_seconds must be >= 1 (a whole number of seconds), got {self.cpu_seconds}")
+        if self.output_chars < 1:
+            raise ValueError(f"output_chars must be >= 1 (characters of output returned), got {self.output_chars}")
 
 
 @dataclass

@@ -130,3 +130,26 @@ def test_each_sibling_kinds_answer_equals_a_hand_computation(kind):
 def test_held_out_sibling_kinds_must_be_some_but_not_all_of_the_fourteen():
     with pytest.raises(ValueError, match="give some but not all of 0-13.*13 permutations"):
         make_task_family("python-math-siblings", num_tasks=70, test_kinds=(14,))
+
+
+def test_the_python_output_flag_cuts_what_the_model_reads_and_is_refused_where_there_is_no_python_tool():
+    """--python-output-chars reaches python-math's sandbox: a call printing 50 digits returns the
+    first 12 and says the rest was cut; a bad value, or the flag on a tool suite, is refused."""
+    import json
+
+    from cleanrl_style.llm.args import LLMRunArgs
+
+    family = LLMRunArgs(env="python-math", num_tasks=14, python_output_chars=12).task_family()
+    env = family.make_env()
+    env.reset(options=family.reset_options(family.train_ids[0]))
+    call = "<tool_call>" + json.dumps({"name": "python", "arguments": {"code": "print('7' * 50)"}}) + "</tool_call>"
+    messages, *_ = env.step(call)
+    assert messages[-1]["role"] == "tool" and messages[-1]["content"].startswith("7" * 12)
+    assert "7" * 13 not in messages[-1]["content"] and "truncated" in messages[-1]["content"]
+    default = LLMRunArgs(env="python-math", num_tasks=14).task_family().make_env()
+    assert default.sandbox.limits.output_chars == 8000
+    with pytest.raises(ValueError, match="--python-output-chars must be at least 1"):
+        LLMRunArgs(env="python-math", python_output_chars=0).task_family()
+    with pytest.raises(ValueError, match="only python-math and python-math-siblings have a python tool, not 'tools:bank'"):
+        LLMRunArgs(env="tools:bank", python_output_chars=100).task_family()
+    LLMRunArgs(env="tools:bank").task_family()  # the default is no request: accepted
