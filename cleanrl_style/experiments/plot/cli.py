@@ -44,10 +44,10 @@ Reads every run under the given folders (a folder with ``progress.csv`` and ``ar
 ``llm_summary.md`` / ``llm_summary.csv``
     for language-model agents, one row per (line, env): held-out success at each evaluated
     iteration and at the last (also by seed, with rliable's 95% percentile bootstrap over seeds
-    from 5 seeds on and the seeds' range below), the mean training success and zero-variance fraction over the
-    iterations, the zero-variance groups counted over every iteration and seed with Wilson's 95%
-    interval, an RCTP run's held-out success under the low-reward token, and the wall time
-    (means over seeds).
+    from 5 seeds on and the seeds' range below), the mean training success and zero-variance
+    fraction over the iterations, the zero-variance groups counted over every iteration and seed
+    with Wilson's 95% interval, an RCTP run's held-out success under the low-reward token, and the
+    wall time (means over seeds).
 ``llm_paired.md`` / ``llm_paired.csv``
     for language-model runs with ``held_out.csv``: each pair of lines evaluated on the same
     held-out tasks, their success difference task by task with a 95% bootstrap over tasks (the
