@@ -1,0 +1,74 @@
+"""The cost of one long episode in the language-model update: a forward and backward pass of
+``token_logprobs`` over one sequence of T tokens, as the agents' update runs it (fp32, the shared
+prefix, activation checkpointing, one thread), beside the float32 matrix-product rate of the same
+core, the bound the pass's products cannot beat.
+
+    python benchmarks/llm_sequence_cost.py --model runs/.../model --lengths 1024 2048 4096
+
+Prints, per length, the pass's seconds, its products' FLOPs, and the share of the measured matmul
+rate they reached. FLOPs: 8 x weights x T for the linear layers (forward 2, the forward that
+checkpointing recomputes 2, backward 4) and 8 x layers x hidden x T^2 for the causal attention's
+two products, counted alike. Random token ids stand in for an episode: the cost depends on the
+length, not the text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cleanrl_style.llm.tokens import token_logprobs  # noqa: E402
+from cleanrl_style.llm.train import build_policy  # noqa: E402
+
+
+def matmul_gflops(size: int = 1024, repeats: int = 5) -> float:
+    """Best float32 rate of a size^3 matrix product on this thread, in GFLOP/s."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e9
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="", help="model folder (default: offline SmolLM2-135M-Instruct)")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048])
+    parser.add_argument("--scored-share", type=float, default=0.15, help="share of tokens after the prompt that are scored")
+    parser.add_argument("--prompt", type=int, default=300, help="tokens before the first scored one")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    model = build_policy(args.model, "cpu", 1e-5, with_reference=False, gradient_checkpointing=True).policy
+    model.train()
+    config = model.config
+    linear = sum(p.numel() for name, p in model.named_parameters() if "embed" not in name)
+    rate = matmul_gflops()
+    print(f"matmul (1024^3, fp32, one thread): {rate:.1f} GFLOP/s")
+    g = torch.Generator().manual_seed(0)
+    for length in args.lengths:
+        ids = torch.randint(100, config.vocab_size - 100, (1, length), generator=g)
+        mask = torch.zeros(1, length, dtype=torch.bool)
+        mask[0, args.prompt :] = torch.rand(length - args.prompt, generator=g) < args.scored_share
+        start = time.perf_counter()
+        token_logprobs(model, ids, torch.ones_like(ids), mask).sum().backward()
+        seconds = time.perf_counter() - start
+        model.zero_grad(set_to_none=True)
+        # forward 2, recomputed forward 2, backward 4 FLOPs per weight and token; attention: QK^T and AV
+        flops = 8 * linear * length + 8 * 2 * config.num_hidden_layers * config.hidden_size * length**2 / 2
+        print(
+            f"T={length}: {seconds:.1f} s forward + backward, {flops / 1e12:.2f} TFLOP of products, "
+            f"{flops / seconds / 1e9:.1f} GFLOP/s = {flops / seconds / 1e9 / rate:.0%} of the matmul rate"
+        )
+
+
+if __name__ == "__main__":
+    main()
