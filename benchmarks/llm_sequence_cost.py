@@ -1,7 +1,7 @@
 """The cost of one long episode in the language-model update: a forward and backward pass of
 ``token_logprobs`` over one sequence of T tokens, as the agents' update runs it (fp32, the shared
 prefix, activation checkpointing, one thread), beside the float32 matrix-product rate of the same
-core, the bound the pass's products cannot beat.
+core (``timing.matmul_peak``), the bound the pass's products cannot beat.
 
     python benchmarks/llm_sequence_cost.py --model runs/.../model --lengths 1024 2048 4096
 
@@ -22,21 +22,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from timing import matmul_peak  # noqa: E402
 
 from cleanrl_style.llm.tokens import token_logprobs  # noqa: E402
 from cleanrl_style.llm.train import build_policy  # noqa: E402
-
-
-def matmul_gflops(size: int = 1024, repeats: int = 5) -> float:
-    """Best float32 rate of a size^3 matrix product on this thread, in GFLOP/s."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    a @ b
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best / 1e9
 
 
 def main() -> None:
@@ -51,8 +42,8 @@ def main() -> None:
     model.train()
     config = model.config
     linear = sum(p.numel() for name, p in model.named_parameters() if "embed" not in name)
-    rate = matmul_gflops()
-    print(f"matmul (1024^3, fp32, one thread): {rate:.1f} GFLOP/s")
+    rate = matmul_peak(torch.float32, "cpu", size=1024)
+    print(f"matmul (1024^3, fp32, one thread, timing.matmul_peak): {rate:.1f} GFLOP/s")
     g = torch.Generator().manual_seed(0)
     for length in args.lengths:
         ids = torch.randint(100, config.vocab_size - 100, (1, length), generator=g)
