@@ -37,6 +37,8 @@ def main() -> None:
     parser.add_argument("--scored-share", type=float, default=0.15, help="share of tokens after the prompt that are scored")
     parser.add_argument("--prompt", type=int, default=300, help="tokens before the first scored one")
     args = parser.parse_args()
+    if min(args.lengths) <= args.prompt:
+        parser.error(f"every --lengths value must exceed --prompt ({args.prompt}) so that some tokens are scored")
     torch.set_num_threads(1)
     model = build_policy(args.model, "cpu", 1e-5, with_reference=False, gradient_checkpointing=True).policy
     model.train()
