@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from cleanrl_style.experiments.plot.data import LLM_METRICS, RunData, by_label_and_env, file_part
-from cleanrl_style.experiments.plot.stats import MIN_SEEDS_FOR_CI, band_note, bootstrap_ci
+from cleanrl_style.experiments.plot.stats import MIN_SEEDS_FOR_CI, band_note, seed_statistics
 from cleanrl_style.experiments.plot.style import _colors, _draw_band, _pyplot, save_figure
 
 
@@ -50,13 +50,13 @@ def over_seeds(by_seed: dict[int, float], signed: bool = False) -> dict[str, str
     bootstrap of the mean from ``MIN_SEEDS_FOR_CI`` seeds on, the seeds' range below that."""
     if not by_seed:
         return {"by seed": "-", "interval over seeds": "-"}
-    values = np.array([by_seed[s] for s in sorted(by_seed)])
+    stats = seed_statistics(np.array([by_seed[s] for s in sorted(by_seed)]), "mean")
     number = "{:+.3f}" if signed else "{:.3f}"
-    if len(values) >= MIN_SEEDS_FOR_CI:
-        low, high = bootstrap_ci(values)
-        interval = f"[{low:.3f}, {high:.3f}] (95% percentile bootstrap, n = {len(values)})"
+    n = stats["seeds"]
+    if n >= MIN_SEEDS_FOR_CI:
+        interval = f"[{stats['ci_low']:.3f}, {stats['ci_high']:.3f}] (95% percentile bootstrap, n = {n})"
     else:
-        interval = f"range [{values.min():.3f}, {values.max():.3f}] (n = {len(values)} < {MIN_SEEDS_FOR_CI}: no interval)"
+        interval = f"range [{stats['seed_min']:.3f}, {stats['seed_max']:.3f}] (n = {n} < {MIN_SEEDS_FOR_CI}: no interval)"
     return {
         "by seed": ", ".join(f"s{s}: {number.format(by_seed[s])}" for s in sorted(by_seed)),
         "interval over seeds": interval,
@@ -202,12 +202,15 @@ def paired_by_seed(a: dict[int, dict[int, float]], b: dict[int, dict[int, float]
 
 def held_out_outcomes(group: list[RunData]) -> dict[str, dict[int, float]]:
     """Per reward-token suffix ('' for none): each held-out task's success at the run's last
-    evaluation, averaged over the group's seeds (from each run's ``held_out.csv``)."""
-    per_suffix: dict[str, dict[int, list[float]]] = {}
-    for r in group:
-        for row in last_evaluation(r):
-            per_suffix.setdefault(row["suffix"], {}).setdefault(int(row["task_id"]), []).append(float(row["reward"]))
-    return {suffix: {t: float(np.mean(v)) for t, v in tasks.items()} for suffix, tasks in per_suffix.items()}
+    evaluation, averaged over the group's seeds (``held_out_by_seed``)."""
+    outcomes = {}
+    for suffix, by_seed in held_out_by_seed(group).items():
+        tasks: dict[int, list[float]] = {}
+        for per_task in by_seed.values():
+            for task, reward in per_task.items():
+                tasks.setdefault(task, []).append(reward)
+        outcomes[suffix] = {t: float(np.mean(v)) for t, v in tasks.items()}
+    return outcomes
 
 
 def held_out_by_kind_rows(runs: list[RunData]) -> list[dict]:
