@@ -114,8 +114,10 @@ def plot_llm(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
     for env in sorted({r.env for r in llm_runs if any(len(r.series.get(m, ())) for m in sampled)}):
         here = [r for r in llm_runs if r.env == env]
         colors = _colors(sorted({r.label for r in here}))
+        # The legends go below the panels in two columns (the success panel's holds up to two entries a
+        # line: up to one row a line), so the figure grows with the lines instead of covering the curves.
         fig, (ax_success, ax_zero, ax_time) = plt.subplots(
-            1, 3, figsize=(15, 4), layout="constrained", gridspec_kw={"width_ratios": [1, 1, 0.8]}
+            1, 3, figsize=(15, 4 + 0.17 * len(colors)), layout="constrained", gridspec_kw={"width_ratios": [1, 1, 0.8]}
         )
         for (label, _), group in by_label_and_env(here).items():
             # Held-out success is evaluated every few iterations: drawn at those iterations, with markers.
@@ -154,7 +156,7 @@ def plot_llm(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
         for ax in (ax_success, ax_zero, ax_time):
             ax.set_xlabel("iteration")  # the language-model agents' step
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
         for ax in (ax_success, ax_zero):
             ax.set_ylim(-0.02, 1.02)
         fig.suptitle(f"{env} (mean over seeds; {band_note(ci)})")
