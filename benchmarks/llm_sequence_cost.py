@@ -6,9 +6,11 @@ core (``timing.matmul_peak``), the bound the pass's products cannot beat.
     python benchmarks/llm_sequence_cost.py --model runs/.../model --lengths 1024 2048 4096
 
 Prints, per length, the pass's seconds, its products' FLOPs, and the share of the measured matmul
-rate they reached. FLOPs: 8 x weights x T for the linear layers (forward 2, the forward that
-checkpointing recomputes 2, backward 4) and 8 x layers x hidden x T^2 for the causal attention's
-two products, counted alike. Random token ids stand in for an episode: the cost depends on the
+rate they reached. FLOPs: 8 x weights x T for the decoder layers' linear maps (forward 2, the
+forward that checkpointing recomputes 2, backward 4), 8 x layers x hidden x T^2 for the causal
+attention's two products, counted alike, and 6 x vocabulary x hidden per scored token for the
+output head, which ``token_logprobs`` applies at the scored positions only and checkpointing does
+not recompute. Random token ids stand in for an episode: the cost depends on the
 length, not the text.
 """
 
@@ -43,7 +45,9 @@ def main() -> None:
     model = build_policy(args.model, "cpu", 1e-5, with_reference=False, gradient_checkpointing=True).policy
     model.train()
     config = model.config
-    linear = sum(p.numel() for name, p in model.named_parameters() if "embed" not in name)
+    head = model.get_output_embeddings().weight.numel()
+    # The decoder layers' weights: neither the token embedding nor the output head (tied or not).
+    linear = sum(p.numel() for p in model.model.layers.parameters()) + model.model.norm.weight.numel()
     rate = matmul_peak(torch.float32, "cpu", size=1024)
     print(f"matmul (1024^3, fp32, one thread, timing.matmul_peak): {rate:.1f} GFLOP/s")
     g = torch.Generator().manual_seed(0)
@@ -55,8 +59,10 @@ def main() -> None:
         token_logprobs(model, ids, torch.ones_like(ids), mask).sum().backward()
         seconds = time.perf_counter() - start
         model.zero_grad(set_to_none=True)
-        # forward 2, recomputed forward 2, backward 4 FLOPs per weight and token; attention: QK^T and AV
+        # forward 2, recomputed forward 2, backward 4 FLOPs per weight and token; attention: QK^T and AV;
+        # the head: forward 2 and backward 4 per weight and scored token
         flops = 8 * linear * length + 8 * 2 * config.num_hidden_layers * config.hidden_size * length**2 / 2
+        flops += 6 * head * int(mask.sum())
         print(
             f"T={length}: {seconds:.1f} s forward + backward, {flops / 1e12:.2f} TFLOP of products, "
             f"{flops / seconds / 1e9:.1f} GFLOP/s = {flops / seconds / 1e9 / rate:.0%} of the matmul rate"
