@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import os
 import time
 import warnings
@@ -1114,6 +1115,14 @@ def test_held_out_evaluation_in_batches_gives_the_episodes_of_one_batch_and_reco
     assert rows_a[0] == "step,suffix,task_id,reward,turns,cut" and rows_a[1].startswith(f"3,,{family.test_ids[0]},")
     assert whole["charts/test_success_rate"] == split["charts/test_success_rate"]
     assert whole["eval/turns_per_episode"] == split["eval/turns_per_episode"]
+    # beside each CSV, the same episodes with their messages, one JSON line each
+    episodes_a = [json.loads(line) for line in (tmp_path / "a_episodes.jsonl").read_text().splitlines()]
+    episodes_b = [json.loads(line) for line in (tmp_path / "b_episodes.jsonl").read_text().splitlines()]
+    assert episodes_a == episodes_b and [e["task_id"] for e in episodes_a] == list(family.test_ids[:5])
+    for episode, row in zip(episodes_a, rows_a[1:]):
+        assert row == ",".join(str(episode[c]) for c in ("step", "suffix", "task_id", "reward", "turns", "cut"))
+        roles = [m["role"] for m in episode["messages"]]
+        assert roles[0] == "system" and roles.count("assistant") == episode["turns"] >= 1
 
 
 def test_collecting_in_batches_seeds_each_batch_by_its_first_episode(tokenizer, tiny, family):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -463,6 +464,30 @@ def append_held_out_outcomes(path: Path, step: int, suffix: str, rollouts: Seque
             writer.writerow([step, suffix.strip(), r.task_id, r.reward, len(r.turns), int(r.cut)])
 
 
+def held_out_episodes_path(record: Path) -> Path:
+    """Where the held-out episodes' messages go beside a per-task outcome CSV:
+    ``held_out.csv`` -> ``held_out_episodes.jsonl``."""
+    return record.with_name(record.stem + "_episodes.jsonl")
+
+
+def append_held_out_episodes(path: Path, step: int, suffix: str, rollouts: Sequence[Rollout]) -> None:
+    """One JSON line per held-out episode: the outcome columns of ``append_held_out_outcomes`` plus
+    the episode's messages as the environment and the model wrote them (read them with
+    ``python -m cleanrl_style.llm.episodes``)."""
+    with open(path, "a", encoding="utf-8") as f:
+        for r in rollouts:
+            row = {
+                "step": step,
+                "suffix": suffix.strip(),
+                "task_id": r.task_id,
+                "reward": r.reward,
+                "turns": len(r.turns),
+                "cut": int(r.cut),
+                "messages": r.messages,
+            }
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
 def evaluate_held_out(
     model: Any,
     tokenizer: Any,
@@ -479,7 +504,8 @@ def evaluate_held_out(
     """Greedy episodes on the first ``num_episodes`` test-split tasks of ``family`` (the same ones
     every time), ``batch_size`` at once, as the metrics the agents log: ``charts/test_success_rate``,
     ``eval/*`` and its wall and CPU seconds (``time/eval_seconds``, ``time/eval_cpu_seconds``). With
-    ``record``, each episode's outcome is appended there at ``step`` (``append_held_out_outcomes``).
+    ``record``, each episode's outcome is appended there at ``step`` (``append_held_out_outcomes``)
+    and its messages beside it (``held_out_episodes_path``, ``append_held_out_episodes``).
 
     Raises:
         ValueError: the family's test split has fewer tasks than asked for.
@@ -504,6 +530,7 @@ def evaluate_held_out(
     stats = rollout_stats(rollouts)
     if record is not None:
         append_held_out_outcomes(record, step, first_user_suffix, rollouts)
+        append_held_out_episodes(held_out_episodes_path(record), step, first_user_suffix, rollouts)
     return {
         "charts/test_success_rate": stats["success_rate"],
         "eval/turns_per_episode": stats["turns_per_episode"],
