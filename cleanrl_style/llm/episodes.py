@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from cleanrl_style.llm.rollout import held_out_episodes_path
+from cleanrl_style.llm.rollout import HELD_OUT_COLUMNS, held_out_episodes_path
 from cleanrl_style.llm.train import HELD_OUT_FILE
 
 EPISODES_FILE = held_out_episodes_path(Path(HELD_OUT_FILE)).name
@@ -54,7 +54,7 @@ def read_episodes(file: Path) -> list[dict[str, Any]]:
             row = json.loads(line)
         except json.JSONDecodeError as error:
             raise ValueError(f"{file}:{number} is not a JSON line ({error.msg}); the file is damaged") from None
-        missing = {"step", "suffix", "task_id", "reward", "turns", "cut", "messages"} - set(row)
+        missing = {*HELD_OUT_COLUMNS, "messages"} - set(row)
         if missing:
             raise ValueError(f"{file}:{number} lacks {sorted(missing)}; not a held-out episodes file")
         episodes.append(row)

@@ -452,16 +452,29 @@ def rollout_stats(rollouts: Sequence[Rollout]) -> dict[str, float]:
 HELD_OUT_COLUMNS = ("step", "suffix", "task_id", "reward", "turns", "cut")
 
 
+def held_out_outcome(step: int, suffix: str, rollout: Rollout) -> dict[str, Any]:
+    """A held-out episode's outcome, keyed by ``HELD_OUT_COLUMNS``."""
+    r = rollout
+    return {
+        "step": step,
+        "suffix": suffix.strip(),
+        "task_id": r.task_id,
+        "reward": r.reward,
+        "turns": len(r.turns),
+        "cut": int(r.cut),
+    }
+
+
 def append_held_out_outcomes(path: Path, step: int, suffix: str, rollouts: Sequence[Rollout]) -> None:
     """One row per held-out episode (``HELD_OUT_COLUMNS``), appended to a CSV: the per-task outcomes
     that paired comparisons between runs on the same tasks need."""
     new = not path.exists()
     with open(path, "a", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
+        writer = csv.DictWriter(f, HELD_OUT_COLUMNS)
         if new:
-            writer.writerow(HELD_OUT_COLUMNS)
+            writer.writeheader()
         for r in rollouts:
-            writer.writerow([step, suffix.strip(), r.task_id, r.reward, len(r.turns), int(r.cut)])
+            writer.writerow(held_out_outcome(step, suffix, r))
 
 
 def held_out_episodes_path(record: Path) -> Path:
@@ -471,20 +484,11 @@ def held_out_episodes_path(record: Path) -> Path:
 
 
 def append_held_out_episodes(path: Path, step: int, suffix: str, rollouts: Sequence[Rollout]) -> None:
-    """One JSON line per held-out episode: the outcome columns of ``append_held_out_outcomes`` plus
-    the episode's messages as the environment and the model wrote them (read them with
-    ``python -m cleanrl_style.llm.episodes``)."""
+    """One JSON line per held-out episode: its outcome (``held_out_outcome``) plus its messages as
+    the environment and the model wrote them (read them with ``python -m cleanrl_style.llm.episodes``)."""
     with open(path, "a", encoding="utf-8") as f:
         for r in rollouts:
-            row = {
-                "step": step,
-                "suffix": suffix.strip(),
-                "task_id": r.task_id,
-                "reward": r.reward,
-                "turns": len(r.turns),
-                "cut": int(r.cut),
-                "messages": r.messages,
-            }
+            row = held_out_outcome(step, suffix, r) | {"messages": r.messages}
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
