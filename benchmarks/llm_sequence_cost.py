@@ -46,8 +46,8 @@ def main() -> None:
     model.train()
     config = model.config
     head = model.get_output_embeddings().weight.numel()
-    # The decoder layers' weights: neither the token embedding nor the output head (tied or not).
-    linear = sum(p.numel() for p in model.model.layers.parameters()) + model.model.norm.weight.numel()
+    # The decoder layers' linear maps: not the norms, the token embedding or the output head (tied or not).
+    linear = sum(m.weight.numel() for m in model.model.layers.modules() if isinstance(m, torch.nn.Linear))
     rate = matmul_peak(torch.float32, "cpu", size=1024)
     print(f"matmul (1024^3, fp32, one thread, timing.matmul_peak): {rate:.1f} GFLOP/s")
     g = torch.Generator().manual_seed(0)
