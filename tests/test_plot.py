@@ -332,6 +332,34 @@ def test_llm_figure_reads_success_rate_and_zero_variance_fraction(tmp_path):
     assert float(row["minutes"]) == pytest.approx(1.0)
 
 
+def test_a_metric_logged_once_draws_its_interval_as_an_error_bar():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.container import ErrorbarContainer
+
+    from cleanrl_style.experiments.plot.stats import ESTIMATORS
+    from cleanrl_style.experiments.plot.style import _draw_band
+
+    finals = [0.5, 0.6, 0.7, 0.8, 0.9]
+    runs = [
+        RunData(
+            label="grpo", env="python-math", seed=seed, series={"charts/test_success_rate": np.array([[2.0, 60.0, value]])}
+        )
+        for seed, value in enumerate(finals, start=1)
+    ]
+    fig, ax = plt.subplots()
+    assert _draw_band(ax, runs, "charts/test_success_rate", "step", "C0", "mean", 0.95, 200, 0, 1, points=1)
+    (bar,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    (segment,) = bar.lines[2][0].get_segments()
+    _, lo, hi = interval_estimate(np.array(finals)[:, None, None], ESTIMATORS["mean"], 0.95, 200, 0)
+    assert segment[:, 0] == pytest.approx([2.0, 2.0])
+    assert sorted(segment[:, 1]) == pytest.approx([lo[0], hi[0]])
+    assert lo[0] < np.mean(finals) < hi[0]
+    plt.close(fig)
+
+
 def reference_final_by_hand(algorithm: str, env_id: str, budget: float) -> list[float]:
     """Per seed: the mean of the published returns in the last 10% of the steps up to ``budget``."""
     per_seed: dict[int, list[tuple[float, float]]] = {}

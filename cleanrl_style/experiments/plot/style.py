@@ -156,7 +156,16 @@ def _draw_band(
     ax.plot(grid, center, color=color, label=label, linestyle=linestyle, lw=1.6, marker=marker)
     if len(values) >= MIN_SEEDS_FOR_CI:
         _, lo, hi = interval_estimate(scores, ESTIMATORS[estimator], ci, n_boot, seed)
-        ax.fill_between(grid, lo, hi, color=color, alpha=0.2, lw=0)
+        _draw_interval(ax, grid, center, lo, hi, color, alpha=0.2)
     elif len(values) > 1:  # too few seeds for an interval: their range, lighter (band_note says so)
-        ax.fill_between(grid, values.min(axis=0), values.max(axis=0), color=color, alpha=0.12, lw=0)
+        _draw_interval(ax, grid, center, values.min(axis=0), values.max(axis=0), color, alpha=0.12)
     return True
+
+
+def _draw_interval(ax, grid, center, lo, hi, color, alpha: float) -> None:
+    """A band along the x grid; at a single x (a metric logged once) a band has no width, so an error bar."""
+    if len(grid) == 1:
+        yerr = np.array([[center[0] - lo[0]], [hi[0] - center[0]]])
+        ax.errorbar(grid, center, yerr=yerr, color=color, alpha=min(1.0, 4 * alpha), capsize=3, lw=1.2, linestyle="none")
+    else:
+        ax.fill_between(grid, lo, hi, color=color, alpha=alpha, lw=0)
