@@ -114,22 +114,22 @@ def plot_llm(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
     for env in sorted({r.env for r in llm_runs if any(len(r.series.get(m, ())) for m in sampled)}):
         here = [r for r in llm_runs if r.env == env]
         colors = _colors(sorted({r.label for r in here}))
-        # The legends go below the panels in two columns (the success panel's holds up to two entries a
-        # line: up to one row a line), so the figure grows with the lines instead of covering the curves.
+        # One legend below the three panels (a line keeps its color in each), in three columns, so the
+        # figure grows with the lines instead of the legends covering the curves or each other.
         fig, (ax_success, ax_zero, ax_time) = plt.subplots(
-            1, 3, figsize=(15, 4 + 0.17 * len(colors)), layout="constrained", gridspec_kw={"width_ratios": [1, 1, 0.8]}
+            1, 3, figsize=(15, 4 + 0.09 * len(colors)), layout="constrained", gridspec_kw={"width_ratios": [1, 1, 0.8]}
         )
         for (label, _), group in by_label_and_env(here).items():
             # Held-out success is evaluated every few iterations: drawn at those iterations, with markers.
             evaluated = max((len(np.unique(r.series["charts/test_success_rate"][:, 0])) for r in group
                              if "charts/test_success_rate" in r.series), default=0)  # fmt: skip
-            for metric, suffix, style, points, marker in (
-                ("charts/success_rate", "train", "-", 100, None),
-                ("charts/test_success_rate", "test", "--", max(evaluated, 1), "o"),
+            for metric, style, points, marker in (
+                ("charts/success_rate", "-", 100, None),
+                ("charts/test_success_rate", "--", max(evaluated, 1), "o"),
             ):
                 _draw_band(
                     ax_success, group, metric, "step", colors[label], "mean", ci, n_boot, seed, 1,
-                    points=points, label=f"{label} ({suffix})", linestyle=style, marker=marker,
+                    points=points, linestyle=style, marker=marker,
                 )  # fmt: skip
             _draw_band(
                 ax_zero,
@@ -142,21 +142,22 @@ def plot_llm(runs: list[RunData], out: Path, ci: float = 0.95, n_boot: int = 100
                 n_boot,
                 seed,
                 1,
-                label=label,
             )
             for run in group:  # wall time is a cost of each run, not a statistic: one line per seed
                 rows = next((run.series[m] for m in LLM_METRICS if m in run.series and len(run.series[m])), None)
                 if rows is not None:
-                    ax_time.plot(rows[:, 0], rows[:, 1] / 60, color=colors[label], lw=1.2, marker=".",
-                                 label=label if run is group[0] else None)  # fmt: skip
-        ax_success.set_title("success rate")
+                    ax_time.plot(rows[:, 0], rows[:, 1] / 60, color=colors[label], lw=1.2, marker=".")
+        ax_success.set_title("success rate (training: solid; held out: dashed, markers)")
         ax_zero.set_title("fraction of groups with zero reward variance")
         ax_time.set_title("wall time (each seed)")
         ax_time.set_ylabel("minutes since start")
         for ax in (ax_success, ax_zero, ax_time):
             ax.set_xlabel("iteration")  # the language-model agents' step
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)
+        from matplotlib.lines import Line2D
+
+        handles = [Line2D([], [], color=color, lw=2) for color in colors.values()]
+        fig.legend(handles, list(colors), loc="outside lower center", ncol=3, fontsize=8)
         for ax in (ax_success, ax_zero):
             ax.set_ylim(-0.02, 1.02)
         fig.suptitle(f"{env} (mean over seeds; {band_note(ci)})")

@@ -45,9 +45,11 @@ def _colors(labels: list[str]) -> dict[str, tuple]:
     published = [lab for lab in labels if lab.endswith("(published)")]
     # Own lines take the palette from its start (tab10), published ones from its end (four dark
     # colors, then tab10 backwards): no two lines share a color until there are more than fourteen,
-    # and the published curves keep their colors from figure to figure.
+    # and the published curves keep their colors from figure to figure. Own lines beyond fourteen take
+    # tab20's light shades (a recipe with many arms), then repeat.
     palette = [plt.cm.tab10(i) for i in range(10)] + [to_rgba(c) for c in ("#b8860b", "#000080", "#7f0000", "black")]
-    colors = {lab: palette[i % len(palette)] for i, lab in enumerate(sorted(own))}
+    own_palette = palette + [plt.cm.tab20(2 * i + 1) for i in range(10)]
+    colors = {lab: own_palette[i % len(own_palette)] for i, lab in enumerate(sorted(own))}
     colors.update({lab: palette[-1 - i % len(palette)] for i, lab in enumerate(sorted(published))})
     return colors
 
