@@ -35,7 +35,9 @@ Choices not fixed by the paper (flags or stated here): the teacher (``--teacher`
 policy under no_grad by default, the frozen initial model as the alternative; the initial model
 needs a second copy in memory unless LoRA's base serves); each distinct hindsight block votes once
 in the agreement; the hindsight block is given to the teacher as one extra user message after the
-context (``hindsight_header``), tool outputs in it are cut to ``hindsight_max_chars``; groups with
+context (``hindsight_header``), tool outputs in it are cut to ``hindsight_max_chars``; where the
+block begins (``--hindsight-start``: turn k's own message by default, or its tool outputs, so that
+the teacher does not read the tokens it scores); groups with
 zero advantage skip the teacher passes (their A' is 0 whatever w is); tokens outside any turn
 (none are trained) keep A. Logged:
 ``turnsight/weight_mean|std|min|max``, the agreement fraction and the chosen horizons, with
@@ -87,6 +89,11 @@ class Args(LLMRunArgs):
     """characters of each tool output kept in a hindsight block"""
     hindsight_header: str = "Hindsight: what the assistant did next and what the tools returned:"
     """first line of the hindsight message shown to the teacher"""
+    hindsight_start: Literal["turn", "output"] = "turn"
+    """where turn k's hindsight block begins: turn (its own message, then its tool outputs and the
+    later turns: step 1) or output (its tool outputs and the later turns only: the teacher never reads
+    the message it scores, so the gap cannot come from copying it; a block left empty, as d = 1 of an
+    answer without a call, does not vote)"""
     teacher: Literal["policy", "initial"] = "policy"
     """who reads the hindsight: policy (the current policy, without gradient: on-policy
     self-distillation, the score is the hindsight's effect alone) or initial (the frozen starting
@@ -147,14 +154,35 @@ def modulate(advantage: torch.Tensor, w: torch.Tensor, lam: float) -> torch.Tens
 # ---- steps 1-3: hindsight blocks and per-turn gaps ---------------------------------------------------
 
 
-def hindsight_message(rollout: Rollout, k: int, d: int, args: Args) -> dict[str, str]:
-    """The calls and tool outputs of turns k .. min(k+d-1, K) of ``rollout``, as one user message."""
+def hindsight_message(rollout: Rollout, k: int, d: int, args: Args) -> dict[str, str] | None:
+    """The calls and tool outputs of turns k .. min(k+d-1, K) of ``rollout``, as one user message;
+    with ``hindsight_start == "output"`` without turn k's own message, and None where that leaves
+    nothing to show."""
     lines = [args.hindsight_header]
     for j in range(k, min(k + d, len(rollout.turns))):
         turn = rollout.turns[j]
-        lines.append(f"[turn {j - k + 1}] assistant: {turn.content}")
+        if j > k or args.hindsight_start == "turn":
+            lines.append(f"[turn {j - k + 1}] assistant: {turn.content}")
         lines += [f"[turn {j - k + 1}] tool: {out[: args.hindsight_max_chars]}" for out in turn.tool_outputs]
-    return {"role": "user", "content": "\n".join(lines)}
+    return {"role": "user", "content": "\n".join(lines)} if len(lines) > 1 else None
+
+
+def student_logprobs(
+    policy, tokenizer, rollouts: list[Rollout], args: Args, progress: WorkProgress | None = None
+) -> list[torch.Tensor]:
+    """``log pi_theta(y | context)`` of every token of each rollout, at the sampling temperature (as
+    the teacher scores), without gradient: the second term of each gap."""
+    return batched_logprobs(
+        policy,
+        [r.tokens for r in rollouts],
+        [r.policy_mask for r in rollouts],
+        tokenizer.pad_token_id,
+        args.micro_batch_size,
+        temperature=args.temperature,
+        precision=args.precision,
+        progress=progress,
+        stage_name="student log-probs",
+    )
 
 
 def turn_scores(
@@ -171,18 +199,18 @@ def turn_scores(
     policy (``args.teacher == "policy"``) or the reference (``"initial"``).
 
     A horizon whose block is a shorter horizon's (d past the last turn) is NaN: scored once, it
-    votes once (``select_horizon``)."""
+    votes once (``select_horizon``). So is an empty block (``hindsight_start == "output"``): it does
+    not vote."""
     jobs: dict[tuple[int, int, int], int] = {}
     sequences, masks = [], []
     for i, r in enumerate(rollouts):
         for k, turn in enumerate(r.turns):
             for d in args.horizons:
                 key = (i, k, min(k + d, len(r.turns)))
-                if key in jobs or turn.end <= turn.start:
+                message = hindsight_message(r, k, d, args)
+                if key in jobs or turn.end <= turn.start or message is None:
                     continue
-                prefix = encode(
-                    tokenizer, chat_template_text(tokenizer, turn.context_messages + [hindsight_message(r, k, d, args)], True)
-                )
+                prefix = encode(tokenizer, chat_template_text(tokenizer, turn.context_messages + [message], True))
                 y = r.tokens[turn.start : turn.end]
                 jobs[key] = len(sequences)
                 sequences.append(prefix + y)
@@ -210,7 +238,7 @@ def turn_scores(
             blocks = set()
             for h, d in enumerate(args.horizons):
                 block = min(k + d, len(r.turns))
-                if block in blocks:
+                if block in blocks or (i, k, block) not in jobs:
                     scores[k, h] = float("nan")
                     continue
                 blocks.add(block)
@@ -237,17 +265,7 @@ def turnsight_advantages(
     weights, agreements, horizons = [], [], []
     if active:
         picked = [rollouts[i] for i in active]
-        student = batched_logprobs(
-            policy,
-            [r.tokens for r in picked],
-            [r.policy_mask for r in picked],
-            tokenizer.pad_token_id,
-            args.micro_batch_size,
-            temperature=args.temperature,
-            precision=args.precision,
-            progress=progress,
-            stage_name="student log-probs",
-        )
+        student = student_logprobs(policy, tokenizer, picked, args, progress)
         scores = dict(zip(active, turn_scores(policy, reference, tokenizer, picked, student, args, progress)))
         for g in range(num_groups):
             members = [i for i in range(g * size, (g + 1) * size) if i in scores and len(rollouts[i].turns) > 0]

@@ -21,6 +21,14 @@ random bad one, ties half), of the score normalized within each group (the ``z``
 and over pairs within one episode only (the credit that the episode's advantage cannot give),
 each with a 95% percentile bootstrap interval over episodes (2,000 resamples). The gate: AUROC
 above 0.6. ``--out`` writes one row per turn.
+
+Beside the score, two readings that need no hindsight: the AUROC of the policy's own mean
+log-probability of the turn's tokens (``logprob``: a turn the policy finds likely ranked as good),
+and the rank correlation of the score with that log-probability. With the turn's own message in its
+hindsight block, the teacher can copy the tokens it scores, so the gap tends to ``-logprob``;
+``--hindsight-start output`` (several values: each scored on the same rollouts, the first in the
+``score`` and ``z`` columns, the others in ``<start>_score`` and ``<start>_z``) leaves the message
+out.
 """
 
 from __future__ import annotations
@@ -68,6 +76,20 @@ def within_episode_auroc(rows: list[dict[str, Any]]) -> float:
     return wins / pairs if pairs else float("nan")
 
 
+def rank_correlation(x: list[float], y: list[float]) -> float:
+    """Spearman's rho: Pearson's correlation of the ranks (ties share their mean rank)."""
+
+    def ranks(values: list[float]) -> torch.Tensor:
+        v = torch.tensor(values, dtype=torch.float64)
+        less = (v.unsqueeze(0) < v.unsqueeze(1)).sum(1).double()
+        equal = (v.unsqueeze(0) == v.unsqueeze(1)).sum(1).double()
+        return less + (equal + 1) / 2
+
+    rx, ry = ranks(x), ranks(y)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    return float((rx * ry).sum() / (rx.norm() * ry.norm()))
+
+
 def bootstrap(rows: list[dict[str, Any]], statistic: Any, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
     """95% percentile interval of ``statistic(rows)`` over episodes drawn with replacement."""
     rng = random.Random(seed)
@@ -99,6 +121,13 @@ def main() -> None:
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (the teacher scores at it too)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--hindsight-start",
+        nargs="+",
+        choices=["turn", "output"],
+        default=["turn"],
+        help="where each turn's hindsight block begins (agents/turnsight.py); several: each scored",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default="", help="CSV of one row per turn")
     args = parser.parse_args()
@@ -110,7 +139,6 @@ def main() -> None:
     from llm_rollout_throughput import load_agent  # benchmarks/ is on the path of a script run from it
 
     from cleanrl_style.llm.rollout import collect_groups
-    from cleanrl_style.llm.tokens import batched_logprobs
     from cleanrl_style.llm.train import build_policy, sample_groups
 
     turnsight = load_agent("turnsight")
@@ -133,38 +161,43 @@ def main() -> None:
     rollouts, timing, rewards = collect_groups(
         policy, tokenizer, family, tasks, args.group_size, ts_args.rollout_settings(), seed=args.seed
     )
-    student = batched_logprobs(
-        policy,
-        [r.tokens for r in rollouts],
-        [r.policy_mask for r in rollouts],
-        tokenizer.pad_token_id,
-        ts_args.micro_batch_size,
-        precision=args.precision,
-    )
-    scores = turnsight.turn_scores(policy, None, tokenizer, rollouts, student, ts_args)
+    student = turnsight.student_logprobs(policy, tokenizer, rollouts, ts_args)  # at the sampling temperature
     rows: list[dict[str, Any]] = []
-    for g in range(len(tasks)):
-        members = range(g * args.group_size, (g + 1) * args.group_size)
-        chosen = {i: turnsight.select_horizon(scores[i])[0] for i in members if len(rollouts[i].turns)}
-        if not chosen:
-            continue
-        z = turnsight.normalize_over_siblings(torch.cat(list(chosen.values())), ts_args.norm_eps)
-        offset = 0
-        for i, s in chosen.items():
-            for k in range(len(s)):
-                rows.append(
-                    {
-                        "episode": i,
-                        "group": g,
-                        "turn": k,
-                        "turns": len(rollouts[i].turns),
-                        "reward": rollouts[i].reward,
-                        "good": turn_label(rollouts[i], k),
-                        "score": float(s[k]),
-                        "z": float(z[offset + k]),
-                    }
-                )
-            offset += len(s)
+    columns = {
+        start: ("score", "z") if n == 0 else (f"{start}_score", f"{start}_z") for n, start in enumerate(args.hindsight_start)
+    }
+    for n, start in enumerate(args.hindsight_start):
+        ts_args.hindsight_start = start
+        scores = turnsight.turn_scores(policy, None, tokenizer, rollouts, student, ts_args)
+        score_key, z_key = columns[start]
+        row = 0
+        for g in range(len(tasks)):
+            members = range(g * args.group_size, (g + 1) * args.group_size)
+            chosen = {i: turnsight.select_horizon(scores[i])[0] for i in members if len(rollouts[i].turns)}
+            if not chosen:
+                continue
+            z = turnsight.normalize_over_siblings(torch.cat(list(chosen.values())), ts_args.norm_eps)
+            offset = 0
+            for i, s in chosen.items():
+                for k in range(len(s)):
+                    if n == 0:
+                        turn = rollouts[i].turns[k]
+                        own = student[i][turn.start : turn.end]
+                        rows.append(
+                            {
+                                "episode": i,
+                                "group": g,
+                                "turn": k,
+                                "turns": len(rollouts[i].turns),
+                                "reward": rollouts[i].reward,
+                                "good": turn_label(rollouts[i], k),
+                                "logprob": float(own.mean()) if len(own) else 0.0,
+                            }
+                        )
+                    rows[row][score_key] = float(s[k])
+                    rows[row][z_key] = float(z[offset + k])
+                    row += 1
+                offset += len(s)
 
     good = sum(r["good"] for r in rows)
     print(
@@ -175,14 +208,23 @@ def main() -> None:
     def pooled(key: str) -> Any:
         return lambda rs: auroc([r[key] for r in rs if r["good"]], [r[key] for r in rs if not r["good"]])
 
-    for name, statistic in (
-        ("score, all turns", pooled("score")),
-        ("z within each group (TurnSight's)", pooled("z")),
-        ("score, pairs within one episode", within_episode_auroc),
-    ):
+    def within(key: str) -> Any:
+        return lambda rs: within_episode_auroc([{**r, "score": r[key]} for r in rs])
+
+    statistics = [("the policy's own log-prob of the turn, no hindsight", pooled("logprob"))]
+    for start, (score_key, z_key) in columns.items():
+        statistics += [
+            (f"score, all turns (block from the {start})", pooled(score_key)),
+            (f"z within each group, TurnSight's (block from the {start})", pooled(z_key)),
+            (f"score, pairs within one episode (block from the {start})", within(score_key)),
+        ]
+    for name, statistic in statistics:
         value = statistic(rows)
         low, high = bootstrap(rows, statistic) if value == value else (float("nan"), float("nan"))
         print(f"AUROC {name}: {value:.3f} [{low:.3f}, {high:.3f}] (95% percentile bootstrap over episodes)")
+    for start, (score_key, _) in columns.items():
+        rho = rank_correlation([r[score_key] for r in rows], [r["logprob"] for r in rows])
+        print(f"Spearman correlation of the score (block from the {start}) with the turn's own log-prob: {rho:.3f}")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         with open(args.out, "w", newline="") as f:

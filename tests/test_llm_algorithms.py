@@ -526,6 +526,23 @@ def test_hindsight_block_holds_turns_k_to_k_plus_d_minus_1(tokenizer, tasks):
     assert "CALLS-3" in turnsight.hindsight_message(r, 3, 3, args)["content"]  # clipped at the last turn
 
 
+def test_a_hindsight_block_from_the_output_leaves_out_the_turns_own_message(tokenizer, tasks):
+    """``--hindsight-start output``: turn k's block holds its tool outputs and the later turns, never
+    the message it scores; a block with nothing to show (d = 1 of a turn without tool output) is None."""
+    model = build_tiny_model(tokenizer)
+    rollouts, _ = collect_rollouts(model, tokenizer, tasks, [tasks.train_ids[0]], sampled(3, 4))
+    r = rollouts[0]
+    for j, turn in enumerate(r.turns):
+        turn.content = f"CALLS-{j}"
+        turn.tool_outputs = [f"OUT-{j}"] if j != 2 else []
+    args = turnsight.Args(hindsight_start="output")
+    text = turnsight.hindsight_message(r, 1, 2, args)["content"]
+    assert "OUT-1" in text and "CALLS-2" in text and "CALLS-1" not in text and "CALLS-0" not in text
+    assert turnsight.hindsight_message(r, 2, 1, args) is None
+    assert "CALLS-3" in turnsight.hindsight_message(r, 2, 2, args)["content"]
+    assert "CALLS-1" in turnsight.hindsight_message(r, 1, 1, turnsight.Args())["content"]  # the default shows it
+
+
 @pytest.mark.parametrize("env", ["tools:bank", "python-math"])
 def test_turnsight_advantages_modulate_each_turn_without_flipping_signs(tokenizer, env):
     tasks = make_task_family(env, num_tasks=60, variants=("base",))
@@ -587,24 +604,31 @@ def multi_turn_rollouts(tokenizer, tasks):
     return policy, rollouts
 
 
-@pytest.mark.parametrize("teacher", ["policy", "initial"])
-def test_turn_scores_equal_a_hand_computation(tokenizer, multi_turn_rollouts, teacher):
+@pytest.mark.parametrize("teacher,start", [("policy", "turn"), ("initial", "turn"), ("policy", "output")])
+def test_turn_scores_equal_a_hand_computation(tokenizer, multi_turn_rollouts, teacher, start):
     """Each (turn, horizon) score is the mean over the turn's tokens of the teacher's log-prob after the
     context and the hindsight message, minus the policy's after the context alone; one plain forward
     pass per sequence, by hand. ``--teacher policy`` reads the hindsight with the policy itself,
-    ``initial`` with the frozen starting model (here another random model)."""
+    ``initial`` with the frozen starting model (here another random model). With ``--hindsight-start
+    output`` an empty block (the first turn of each rollout is given no tool output) is NaN: no vote."""
+    import copy
+
     from cleanrl_style.llm.rollout import chat_template_text
 
     policy, rollouts = multi_turn_rollouts
+    rollouts = copy.deepcopy(rollouts)
+    for r in rollouts:
+        for j, turn in enumerate(r.turns):
+            turn.tool_outputs = [f"balance {j}: 1{j}0.00"] if j else []
     initial = build_tiny_model(tokenizer, seed=1)
-    args = turnsight.Args(micro_batch_size=8, temperature=0.9, teacher=teacher)
+    args = turnsight.Args(micro_batch_size=8, temperature=0.9, teacher=teacher, hindsight_start=start)
     student = [
         torch.cat([torch.zeros(1), teacher_forced_logprobs(policy, r.tokens[:1], r.tokens[1:], args.temperature)])
         for r in rollouts
     ]
     scores = turnsight.turn_scores(policy, initial, tokenizer, rollouts, student, args)
     reader = policy if teacher == "policy" else initial
-    checked = 0
+    checked = empty = 0
     for r, s in zip(rollouts, scores):
         assert s.shape == (len(r.turns), len(args.horizons))
         for k, turn in enumerate(r.turns):
@@ -612,20 +636,33 @@ def test_turn_scores_equal_a_hand_computation(tokenizer, multi_turn_rollouts, te
             seen = set()
             for h, d in enumerate(args.horizons):
                 block = min(k + d, len(r.turns))
-                if block in seen:
+                message = turnsight.hindsight_message(r, k, d, args)
+                if block in seen or message is None:
                     assert s[k, h].isnan()
+                    empty += message is None
                     continue
                 seen.add(block)
-                prompt = encode(
-                    tokenizer,
-                    chat_template_text(tokenizer, turn.context_messages + [turnsight.hindsight_message(r, k, d, args)], True),
-                )
+                prompt = encode(tokenizer, chat_template_text(tokenizer, turn.context_messages + [message], True))
                 expected = teacher_forced_logprobs(reader, prompt, y, args.temperature) - teacher_forced_logprobs(
                     policy, r.tokens[: turn.start], y, args.temperature
                 )
                 assert s[k, h].item() == pytest.approx(expected.mean().item(), abs=1e-4)
                 checked += 1
     assert checked >= 2 * len(rollouts)
+    assert (empty == len(rollouts)) == (start == "output")  # d = 1 of each first turn
+
+
+def test_the_student_scores_at_the_sampling_temperature(tokenizer, multi_turn_rollouts):
+    """The second term of every gap is the policy's log-prob at the temperature the episode was
+    sampled at (the teacher's), not at 1."""
+    policy, rollouts = multi_turn_rollouts
+    args = turnsight.Args(micro_batch_size=8, temperature=0.7)
+    student = turnsight.student_logprobs(policy, tokenizer, rollouts[:2], args)
+    for r, got in zip(rollouts[:2], student):
+        turn = r.turns[0]
+        y = r.tokens[turn.start : turn.end]
+        expected = teacher_forced_logprobs(policy, r.tokens[: turn.start], y, 0.7)
+        torch.testing.assert_close(got[turn.start : turn.end], expected, atol=1e-4, rtol=0)
 
 
 def test_turn_scores_do_not_depend_on_the_order_of_the_horizons(tokenizer, multi_turn_rollouts):

@@ -34,6 +34,13 @@ def test_within_episode_auroc_only_pairs_turns_of_one_episode():
     assert low == high == 1.0
 
 
+def test_rank_correlation_is_spearmans_rho_with_mean_ranks_for_ties():
+    assert gate.rank_correlation([1.0, 2.0, 3.0], [30.0, 20.0, 10.0]) == pytest.approx(-1.0)
+    assert gate.rank_correlation([1.0, 5.0, 2.0], [0.1, 0.9, 0.3]) == pytest.approx(1.0)  # ranks, not values
+    # x ranks 1, 2.5, 2.5, 4 (a tie); y ranks 1, 2, 3, 4: Pearson of the ranks = 4.5 / sqrt(4.5 * 5)
+    assert gate.rank_correlation([0.0, 1.0, 1.0, 2.0], [0.0, 1.0, 2.0, 3.0]) == pytest.approx(4.5 / (4.5 * 5) ** 0.5)
+
+
 def turn(content: str, outputs: list[str]):
     return SimpleNamespace(content=content, tool_outputs=outputs)
 
