@@ -37,7 +37,8 @@ needs a second copy in memory unless LoRA's base serves); each distinct hindsigh
 in the agreement; the hindsight block is given to the teacher as one extra user message after the
 context (``hindsight_header``), tool outputs in it are cut to ``hindsight_max_chars``; where the
 block begins (``--hindsight-start``: turn k's own message by default, or its tool outputs, so that
-the teacher does not read the tokens it scores); groups with
+the teacher does not read the tokens it scores); whether the block ends with the episode's outcome
+(``--hindsight-outcome``, off by default); groups with
 zero advantage skip the teacher passes (their A' is 0 whatever w is); tokens outside any turn
 (none are trained) keep A. Logged:
 ``turnsight/weight_mean|std|min|max``, the agreement fraction and the chosen horizons, with
@@ -94,6 +95,9 @@ class Args(LLMRunArgs):
     later turns: step 1) or output (its tool outputs and the later turns only: the teacher never reads
     the message it scores, so the gap cannot come from copying it; a block left empty, as d = 1 of an
     answer without a call, does not vote)"""
+    hindsight_outcome: bool = False
+    """end every hindsight block with the episode's outcome (solved or not, and its reward), so the
+    teacher also reads how the episode ended; with it no block is empty"""
     teacher: Literal["policy", "initial"] = "policy"
     """who reads the hindsight: policy (the current policy, without gradient: on-policy
     self-distillation, the score is the hindsight's effect alone) or initial (the frozen starting
@@ -157,13 +161,16 @@ def modulate(advantage: torch.Tensor, w: torch.Tensor, lam: float) -> torch.Tens
 def hindsight_message(rollout: Rollout, k: int, d: int, args: Args) -> dict[str, str] | None:
     """The calls and tool outputs of turns k .. min(k+d-1, K) of ``rollout``, as one user message;
     with ``hindsight_start == "output"`` without turn k's own message, and None where that leaves
-    nothing to show."""
+    nothing to show; with ``hindsight_outcome`` the episode's outcome last."""
     lines = [args.hindsight_header]
     for j in range(k, min(k + d, len(rollout.turns))):
         turn = rollout.turns[j]
         if j > k or args.hindsight_start == "turn":
             lines.append(f"[turn {j - k + 1}] assistant: {turn.content}")
         lines += [f"[turn {j - k + 1}] tool: {out[: args.hindsight_max_chars]}" for out in turn.tool_outputs]
+    if args.hindsight_outcome:
+        solved = "solved" if rollout.reward >= 1.0 else "not solved"
+        lines.append(f"Outcome: the task was {solved} (reward {rollout.reward:g}).")
     return {"role": "user", "content": "\n".join(lines)} if len(lines) > 1 else None
 
 

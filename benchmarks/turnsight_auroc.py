@@ -28,7 +28,7 @@ and the rank correlation of the score with that log-probability. With the turn's
 hindsight block, the teacher can copy the tokens it scores, so the gap tends to ``-logprob``;
 ``--hindsight-start output`` (several values: each scored on the same rollouts, the first in the
 ``score`` and ``z`` columns, the others in ``<start>_score`` and ``<start>_z``) leaves the message
-out.
+out, and ``--hindsight-outcome`` ends every block with the episode's outcome.
 """
 
 from __future__ import annotations
@@ -128,6 +128,11 @@ def main() -> None:
         default=["turn"],
         help="where each turn's hindsight block begins (agents/turnsight.py); several: each scored",
     )
+    parser.add_argument(
+        "--hindsight-outcome",
+        action="store_true",
+        help="end each hindsight block with the episode's outcome (agents/turnsight.py)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default="", help="CSV of one row per turn")
     args = parser.parse_args()
@@ -153,6 +158,7 @@ def main() -> None:
         precision=args.precision,
         group_size=args.group_size,
         temperature=args.temperature,
+        hindsight_outcome=args.hindsight_outcome,
     )
     setup = build_policy(args.model, "cpu", 0.0, with_reference=False)
     policy, tokenizer = setup.policy, setup.tokenizer

@@ -543,6 +543,21 @@ def test_a_hindsight_block_from_the_output_leaves_out_the_turns_own_message(toke
     assert "CALLS-1" in turnsight.hindsight_message(r, 1, 1, turnsight.Args())["content"]  # the default shows it
 
 
+@pytest.mark.parametrize("reward,said", [(1.0, "the task was solved (reward 1)"), (0.0, "the task was not solved (reward 0)")])
+def test_a_hindsight_block_with_the_outcome_ends_with_it_and_is_never_empty(tokenizer, tasks, reward, said):
+    model = build_tiny_model(tokenizer)
+    rollouts, _ = collect_rollouts(model, tokenizer, tasks, [tasks.train_ids[0]], sampled(3, 4))
+    r = rollouts[0]
+    r.reward = reward
+    for j, turn in enumerate(r.turns):
+        turn.content, turn.tool_outputs = f"CALLS-{j}", []
+    args = turnsight.Args(hindsight_start="output", hindsight_outcome=True)
+    last = turnsight.hindsight_message(r, len(r.turns) - 1, 1, args)["content"]  # no output, no later turn
+    assert last.splitlines()[-1] == f"Outcome: {said}." and "CALLS" not in last
+    assert turnsight.hindsight_message(r, 0, 2, args)["content"].splitlines()[-1] == f"Outcome: {said}."
+    assert "Outcome" not in turnsight.hindsight_message(r, 0, 2, turnsight.Args())["content"]  # off by default
+
+
 @pytest.mark.parametrize("env", ["tools:bank", "python-math"])
 def test_turnsight_advantages_modulate_each_turn_without_flipping_signs(tokenizer, env):
     tasks = make_task_family(env, num_tasks=60, variants=("base",))
