@@ -524,6 +524,11 @@ def test_hindsight_block_holds_turns_k_to_k_plus_d_minus_1(tokenizer, tasks):
     assert "CALLS-1" in text and "OUT-1" in text and "CALLS-2" in text and "OUT-2" in text
     assert "CALLS-0" not in text and "CALLS-3" not in text
     assert "CALLS-3" in turnsight.hindsight_message(r, 3, 3, args)["content"]  # clipped at the last turn
+    # turns are numbered from 1 within the block, each call before its tool outputs
+    later = ["[turn 2] assistant: CALLS-2", "[turn 2] tool: OUT-2"]
+    assert text.splitlines() == [args.hindsight_header, "[turn 1] assistant: CALLS-1", "[turn 1] tool: OUT-1", *later]
+    from_output = turnsight.hindsight_message(r, 1, 2, turnsight.Args(hindsight_start="output"))["content"]
+    assert from_output.splitlines() == [args.hindsight_header, "[turn 1] tool: OUT-1", *later]
 
 
 def test_a_hindsight_block_from_the_output_leaves_out_the_turns_own_message(tokenizer, tasks):
