@@ -529,6 +529,7 @@ def test_hindsight_block_holds_turns_k_to_k_plus_d_minus_1(tokenizer, tasks):
     assert text.splitlines() == [args.hindsight_header, "[turn 1] assistant: CALLS-1", "[turn 1] tool: OUT-1", *later]
     from_output = turnsight.hindsight_message(r, 1, 2, turnsight.Args(hindsight_start="output"))["content"]
     assert from_output.splitlines() == [args.hindsight_header, "[turn 1] tool: OUT-1", *later]
+    assert turnsight.hindsight_message(r, 1, 2, args)["role"] == "user"  # the chat template renders the role
 
 
 def test_a_hindsight_block_from_the_output_leaves_out_the_turns_own_message(tokenizer, tasks):
