@@ -214,8 +214,10 @@ def turn_scores(
         for k, turn in enumerate(r.turns):
             for d in args.horizons:
                 key = (i, k, min(k + d, len(r.turns)))
+                if key in jobs or turn.end <= turn.start:
+                    continue  # a block already read, or a turn without tokens: no message to build
                 message = hindsight_message(r, k, d, args)
-                if key in jobs or turn.end <= turn.start or message is None:
+                if message is None:
                     continue
                 prefix = encode(tokenizer, chat_template_text(tokenizer, turn.context_messages + [message], True))
                 y = r.tokens[turn.start : turn.end]
