@@ -22,7 +22,8 @@ and sees the output before its next message); it runs on the tool suites alone a
    of largest |score| among those of sign v (no majority: score 0). Each distinct hindsight block
    votes once: near the end of an episode, horizons that run past the last turn give the block of
    a shorter one and do not vote again.
-5. ``z = (s - mean) / (std + eps)`` over all turns of all sibling rollouts of the task (its group).
+5. ``z = (s - mean) / (std + eps)`` over all turns of all sibling rollouts of the task (its group);
+   with ``--normalize-last-apart``, over the rollouts' last turns and over their earlier turns apart.
 6. ``w = 1 + eps_w tanh(sign(A) z)``, ``A' = A ((1 - lam) + lam w)``, lam = eps_w = 0.5: w stays in
    [1 - eps_w, 1 + eps_w] and the factor is positive, so A' has the sign of A.
 
@@ -38,7 +39,8 @@ in the agreement; the hindsight block is given to the teacher as one extra user 
 context (``hindsight_header``), tool outputs in it are cut to ``hindsight_max_chars``; where the
 block begins (``--hindsight-start``: turn k's own message by default, or its tool outputs, so that
 the teacher does not read the tokens it scores); whether the block ends with the episode's outcome
-(``--hindsight-outcome``, off by default); groups with
+(``--hindsight-outcome``, off by default); whether the last turns and the earlier ones are
+normalized apart (``--normalize-last-apart``, off by default: one ``z`` over all turns); groups with
 zero advantage skip the teacher passes (their A' is 0 whatever w is); tokens outside any turn
 (none are trained) keep A. Logged:
 ``turnsight/weight_mean|std|min|max``, the agreement fraction and the chosen horizons, with
@@ -98,6 +100,10 @@ class Args(LLMRunArgs):
     hindsight_outcome: bool = False
     """end every hindsight block with the episode's outcome (solved or not, and its reward), so the
     teacher also reads how the episode ended; with it no block is empty"""
+    normalize_last_apart: bool = False
+    """normalize the scores of the episodes' last turns (mostly the answers) and of their earlier
+    turns (the calls) apart within each group, not all together: the two kinds of turn sit at
+    different levels of the gap, and one mean and std over both keeps less of either's ranking"""
     teacher: Literal["policy", "initial"] = "policy"
     """who reads the hindsight: policy (the current policy, without gradient: on-policy
     self-distillation, the score is the hindsight's effect alone) or initial (the frozen starting
@@ -143,6 +149,21 @@ def normalize_over_siblings(scores: torch.Tensor, eps: float) -> torch.Tensor:
     if scores.numel() < 2:
         return torch.zeros_like(scores)
     return (scores - scores.mean()) / (scores.std(unbiased=False) + eps)
+
+
+def normalize_group(scores: list[torch.Tensor], eps: float, last_apart: bool) -> list[torch.Tensor]:
+    """``z`` of each turn of a group's rollouts (one (turns,) tensor of chosen scores each):
+    ``normalize_over_siblings`` over all their turns, or with ``last_apart`` over the rollouts' last
+    turns and over their earlier turns separately."""
+    flat = torch.cat(scores)
+    if not last_apart:
+        z = normalize_over_siblings(flat, eps)
+    else:
+        last = torch.cat([torch.arange(len(s)) == len(s) - 1 for s in scores])
+        z = torch.empty_like(flat)
+        z[last] = normalize_over_siblings(flat[last], eps)
+        z[~last] = normalize_over_siblings(flat[~last], eps)
+    return list(z.split([len(s) for s in scores]))
 
 
 def modulation_weights(advantage_sign: torch.Tensor, z: torch.Tensor, eps_w: float) -> torch.Tensor:
@@ -281,12 +302,9 @@ def turnsight_advantages(
             if not members:
                 continue
             chosen = {i: select_horizon(scores[i]) for i in members}
-            z_all = normalize_over_siblings(torch.cat([chosen[i][0] for i in members]), args.norm_eps)
-            offset = 0
-            for i in members:
+            z_group = normalize_group([chosen[i][0] for i in members], args.norm_eps, args.normalize_last_apart)
+            for i, z in zip(members, z_group):
                 K = len(rollouts[i].turns)
-                z = z_all[offset : offset + K]
-                offset += K
                 a = advantages[i]
                 w = modulation_weights(torch.sign(a).expand(K), z, args.eps_w)
                 modulated = modulate(a.expand(K), w, args.lam)

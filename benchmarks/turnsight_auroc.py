@@ -17,7 +17,9 @@ by what the environment returned:
 TurnSight raises the weight of turns with a high score in a successful episode and lowers the
 penalty of such turns in a failed one, so a useful score ranks good turns above bad ones. Printed:
 the AUROC of the chosen score over all turns (the probability that a random good turn outscores a
-random bad one, ties half), of the score normalized within each group (the ``z`` TurnSight uses),
+random bad one, ties half), of the score normalized within each group (the ``z`` TurnSight uses; and
+``z_last_apart``, with the episodes' last turns and their earlier turns normalized apart, as
+``--normalize-last-apart`` does),
 and over pairs within one episode only (the credit that the episode's advantage cannot give),
 each with a 95% percentile bootstrap interval over episodes (2,000 resamples). The gate: AUROC
 above 0.6. ``--out`` writes one row per turn.
@@ -170,21 +172,22 @@ def main() -> None:
     student = turnsight.student_logprobs(policy, tokenizer, rollouts, ts_args)  # at the sampling temperature
     rows: list[dict[str, Any]] = []
     columns = {
-        start: ("score", "z") if n == 0 else (f"{start}_score", f"{start}_z") for n, start in enumerate(args.hindsight_start)
+        start: ("score", "z", "z_last_apart") if n == 0 else (f"{start}_score", f"{start}_z", f"{start}_z_last_apart")
+        for n, start in enumerate(args.hindsight_start)
     }
     for n, start in enumerate(args.hindsight_start):
         ts_args.hindsight_start = start
         scores = turnsight.turn_scores(policy, None, tokenizer, rollouts, student, ts_args)
-        score_key, z_key = columns[start]
+        score_key, z_key, apart_key = columns[start]
         row = 0
         for g in range(len(tasks)):
             members = range(g * args.group_size, (g + 1) * args.group_size)
             chosen = {i: turnsight.select_horizon(scores[i])[0] for i in members if len(rollouts[i].turns)}
             if not chosen:
                 continue
-            z = turnsight.normalize_over_siblings(torch.cat(list(chosen.values())), ts_args.norm_eps)
-            offset = 0
-            for i, s in chosen.items():
+            z = turnsight.normalize_group(list(chosen.values()), ts_args.norm_eps, last_apart=False)
+            z_apart = turnsight.normalize_group(list(chosen.values()), ts_args.norm_eps, last_apart=True)
+            for n_i, (i, s) in enumerate(chosen.items()):
                 for k in range(len(s)):
                     if n == 0:
                         turn = rollouts[i].turns[k]
@@ -201,9 +204,9 @@ def main() -> None:
                             }
                         )
                     rows[row][score_key] = float(s[k])
-                    rows[row][z_key] = float(z[offset + k])
+                    rows[row][z_key] = float(z[n_i][k])
+                    rows[row][apart_key] = float(z_apart[n_i][k])
                     row += 1
-                offset += len(s)
 
     good = sum(r["good"] for r in rows)
     print(
@@ -218,17 +221,18 @@ def main() -> None:
         return lambda rs: within_episode_auroc([{**r, "score": r[key]} for r in rs])
 
     statistics = [("the policy's own log-prob of the turn, no hindsight", pooled("logprob"))]
-    for start, (score_key, z_key) in columns.items():
+    for start, (score_key, z_key, apart_key) in columns.items():
         statistics += [
             (f"score, all turns (block from the {start})", pooled(score_key)),
             (f"z within each group, TurnSight's (block from the {start})", pooled(z_key)),
+            (f"z within each group, last turns apart, --normalize-last-apart (block from the {start})", pooled(apart_key)),
             (f"score, pairs within one episode (block from the {start})", within(score_key)),
         ]
     for name, statistic in statistics:
         value = statistic(rows)
         low, high = bootstrap(rows, statistic) if value == value else (float("nan"), float("nan"))
         print(f"AUROC {name}: {value:.3f} [{low:.3f}, {high:.3f}] (95% percentile bootstrap over episodes)")
-    for start, (score_key, _) in columns.items():
+    for start, (score_key, _, _) in columns.items():
         rho = rank_correlation([r[score_key] for r in rows], [r["logprob"] for r in rows])
         print(f"Spearman correlation of the score (block from the {start}) with the turn's own log-prob: {rho:.3f}")
     if args.out:

@@ -491,6 +491,22 @@ def test_sibling_normalization_has_zero_mean_unit_std():
     torch.testing.assert_close(turnsight.normalize_over_siblings(pair, 0.5), torch.tensor([-1.0, 1.0]) / 1.5)
 
 
+def test_group_normalization_by_hand_together_and_with_the_last_turns_apart():
+    scores = [torch.tensor([1.0, 3.0, 10.0]), torch.tensor([5.0, 20.0]), torch.tensor([30.0])]
+    flat = torch.tensor([1.0, 3.0, 10.0, 5.0, 20.0, 30.0])
+    together = turnsight.normalize_group(scores, 0.0, last_apart=False)
+    assert [len(z) for z in together] == [3, 2, 1]
+    torch.testing.assert_close(torch.cat(together), (flat - flat.mean()) / flat.std(unbiased=False))
+    # apart: earlier turns 1, 3, 5 (mean 3, population std sqrt(8/3)); last turns 10, 20, 30 (mean 20, std sqrt(200/3))
+    e, last = math.sqrt(8 / 3), math.sqrt(200 / 3)
+    apart = turnsight.normalize_group(scores, 0.0, last_apart=True)
+    for got, want in zip(apart, [[-2 / e, 0.0, -10 / last], [2 / e, 0.0], [10 / last]], strict=True):
+        torch.testing.assert_close(got, torch.tensor(want))
+    # one earlier turn alone has no spread: z 0; the last turns 1 and 3 still -1 and +1; eps adds to the std
+    apart = turnsight.normalize_group([torch.tensor([4.0, 1.0]), torch.tensor([3.0])], 0.5, last_apart=True)
+    torch.testing.assert_close(torch.cat(apart), torch.tensor([0.0, -1.0 / 1.5, 1.0 / 1.5]))
+
+
 @pytest.mark.parametrize("eps_w,lam", [(0.5, 0.5), (0.9, 1.0), (0.2, 0.3)])
 def test_weights_stay_in_band_and_never_flip_an_advantage(eps_w, lam):
     g = torch.Generator().manual_seed(0)
@@ -820,6 +836,35 @@ def test_turnsight_advantages_follow_the_formula_turn_by_turn(tokenizer, multi_t
         (float(w.min()), float(w.max())), rel=1e-5
     )
     assert stats["turnsight/agreement_fraction"] == pytest.approx(float(torch.cat(agree).mean()))
+
+
+def test_turnsight_advantages_normalize_the_last_turns_apart_when_asked(tokenizer, multi_turn_rollouts):
+    """``--normalize-last-apart``: z of each group's last turns over those alone, of the earlier turns
+    over those alone, by hand from the turn scores; A' follows from z as without the flag."""
+    policy, rollouts = multi_turn_rollouts
+    args = turnsight.Args(micro_batch_size=8, lam=0.8, eps_w=0.9, temperature=0.7, normalize_last_apart=True)
+    advantages = torch.tensor([1.0, -0.5, -0.5, -1.2, 0.6, 0.6])
+    token_adv, _ = turnsight.turnsight_advantages(policy, None, tokenizer, rollouts, advantages, 2, args)
+    student = turnsight.student_logprobs(policy, tokenizer, rollouts, args)
+    scores = turnsight.turn_scores(policy, None, tokenizer, rollouts, student, args)
+    for group in (range(0, 3), range(3, 6)):
+        chosen = {i: turnsight.select_horizon(scores[i])[0] for i in group}
+        last = torch.stack([s[-1] for s in chosen.values()])
+        earlier = torch.cat([s[:-1] for s in chosen.values()])
+        for i, s in chosen.items():
+            z = torch.cat(
+                [
+                    (s[:-1] - earlier.mean()) / (earlier.std(unbiased=False) + args.norm_eps),
+                    ((s[-1:] - last.mean()) / (last.std(unbiased=False) + args.norm_eps)),
+                ]
+            )
+            a = float(advantages[i])
+            expected = a * ((1 - args.lam) + args.lam * (1 + args.eps_w * torch.tanh(math.copysign(1.0, a) * z)))
+            got = torch.stack([token_adv[i][turn.start] for turn in rollouts[i].turns])
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    args.normalize_last_apart = False  # the flag changes the advantages of these rollouts
+    together, _ = turnsight.turnsight_advantages(policy, None, tokenizer, rollouts, advantages, 2, args)
+    assert any(not torch.allclose(a, b) for a, b in zip(token_adv, together))
 
 
 def test_turnsight_leaves_groups_without_signal_alone_and_modulates_the_others(tokenizer, multi_turn_rollouts):
