@@ -29,7 +29,7 @@ log-probability of the turn's tokens (``logprob``: a turn the policy finds likel
 and the rank correlation of the score with that log-probability. With the turn's own message in its
 hindsight block, the teacher can copy the tokens it scores, so the gap tends to ``-logprob``;
 ``--hindsight-start output`` (several values: each scored on the same rollouts, the first in the
-``score`` and ``z`` columns, the others in ``<start>_score`` and ``<start>_z``) leaves the message
+``score``, ``z`` and ``z_last_apart`` columns, the others under ``<start>_`` names) leaves the message
 out, and ``--hindsight-outcome`` ends every block with the episode's outcome.
 """
 
