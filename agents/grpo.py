@@ -135,6 +135,7 @@ if __name__ == "__main__":
         lora_rank=args.lora_rank,
         lora_alpha=args.lora_alpha,
         gradient_checkpointing=args.gradient_checkpointing,
+        park_dir=args.park_dir(run),
         run=run,
         with_reference=args.kl_coef > 0,  # no KL term: no frozen copy in memory
     )

@@ -315,13 +315,15 @@ def report(args: argparse.Namespace) -> None:
 
     load_before = load_average()
     grpo = load_agent("grpo")
-    # The recipes' learning rate, and the agents' default activation checkpointing.
+    # The recipes' learning rate, and the agents' defaults: activation checkpointing, parked training state.
+    park = tempfile.TemporaryDirectory(prefix="parked-") if args.park_training_state else None
     setup = build_policy(
         args.model,
         args.device,
         learning_rate=1e-5,
         lora_rank=args.lora_rank,
         gradient_checkpointing=args.gradient_checkpointing,
+        park_dir=park.name if park else None,
     )
     policy, tokenizer = setup.policy, setup.tokenizer
     trained = sum(p.numel() for p in policy.parameters() if p.requires_grad)
@@ -407,6 +409,7 @@ def report(args: argparse.Namespace) -> None:
         f"{args.max_new_tokens} tokens each, sampling at temperature 1, {args.precision}, device {args.device}, "
         f"{args.rounds} round(s); generation engine {args.engine}, activation checkpointing "
         f"{'on' if args.gradient_checkpointing else 'off'}; "
+        f"training state {'parked' if args.park_training_state else 'resident'}; "
         + (f"LoRA rank {args.lora_rank} (alpha 32, every projection)" if args.lora_rank else "every weight trained")
     )
     llama_version = llama_note if anchored else "llama.cpp not run"
@@ -611,6 +614,12 @@ def main() -> None:
         "--threads", type=int, default=None, help="torch (and llama.cpp) threads; default 1 (report), 2 (cache)"
     )
     parser.add_argument("--no-llama", action="store_true", help="report: skip the llama.cpp anchor")
+    parser.add_argument(
+        "--park-training-state",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="report: as the agents' flag (AdamW's moments and the reference in files between uses)",
+    )
     parser.add_argument("--lora-rank", type=int, default=0, help="report: LoRA rank, as the agents' flag (0: every weight)")
     parser.add_argument("--llama-replay", default="", help=argparse.SUPPRESS)  # the anchor's own process
     args = parser.parse_args()

@@ -1173,3 +1173,29 @@ def test_collecting_one_at_a_time_sums_timing_and_reports_under_the_stage_name(t
     assert timing["prefilled_tokens"] == prefilled > 0
     assert 0 < timing["generation_seconds"] <= elapsed
     assert "probe" in stream.getvalue()
+
+
+def test_chunked_logprobs_equal_the_whole_projection_in_value_and_gradient(monkeypatch):
+    """Past LOGIT_CHUNK scored tokens the vocabulary projection runs a chunk at a time (recomputed in
+    the backward pass): the log-probabilities and the gradients reaching the hidden states and the
+    head are those of one projection of every token, at any temperature, including a last chunk
+    shorter than the others."""
+    from cleanrl_style.llm import tokens as token_module
+
+    torch.manual_seed(3)
+    head = torch.nn.Linear(8, 50, bias=False)
+    hidden_start, targets = torch.randn(11, 8), torch.randint(0, 50, (11,))
+    results = {}
+    for chunk in (100, 4):  # 100: one projection; 4: chunks of 4, 4 and 3
+        monkeypatch.setattr(token_module, "LOGIT_CHUNK", chunk)
+        head.zero_grad()
+        hidden = hidden_start.clone().requires_grad_(True)
+        logp = token_module.chosen_logprobs(head, hidden, targets, temperature=0.7)
+        (logp * torch.arange(11.0)).sum().backward()  # a different weight per token
+        results[chunk] = (logp.detach(), hidden.grad.clone(), head.weight.grad.clone())
+    expected = torch.log_softmax(head(hidden_start) / 0.7, dim=-1).gather(1, targets[:, None]).squeeze(1)
+    torch.testing.assert_close(results[100][0], expected.detach(), atol=1e-6, rtol=0)
+    for whole, chunked in zip(results[100], results[4]):
+        torch.testing.assert_close(chunked, whole, atol=1e-6, rtol=1e-6)
+    with torch.no_grad():  # without gradient the chunks are not checkpointed, the same values
+        torch.testing.assert_close(token_module.chosen_logprobs(head, hidden_start, targets, 0.7), expected, atol=1e-6, rtol=0)

@@ -8,7 +8,7 @@ rollouts, and ``--env`` names a text task family (``envs.text.families``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from cleanrl_style.llm.generation import Sampling
 from cleanrl_style.llm.model import generation_precision
@@ -58,6 +58,10 @@ class LLMRunArgs(BaseRunArgs):
     """global gradient-norm clipping"""
     micro_batch_size: int = 4
     """sequences per forward/backward pass (gradients accumulate over a batch)"""
+    park_training_state: bool = True
+    """a full fine-tune keeps AdamW's moments (1.08 GB for SmolLM2) and any frozen reference (0.54 GB)
+    in files of the run folder while no step or reference pass reads them, instead of resident
+    through generation and the backward pass (cleanrl_style/llm/parking.py; exact)"""
     gradient_checkpointing: bool = True
     """keep only each decoder layer's input in the forward pass and recompute the rest in the
     backward pass: SmolLM2's activations take about 1 MB per token without it (--no-gradient-checkpointing)"""
@@ -114,6 +118,10 @@ class LLMRunArgs(BaseRunArgs):
                 )
         except ValueError as exc:
             raise SystemExit(f"error: {exc}") from None
+
+    def park_dir(self, run: Any) -> Any:
+        """``build_policy``'s ``park_dir``: the run folder, or None with --no-park-training-state."""
+        return run.dir if self.park_training_state else None
 
     def rollout_settings(self) -> RolloutSettings:
         """How training rollouts are generated."""

@@ -201,6 +201,7 @@ def main(args: Args) -> None:
         lora_rank=args.lora_rank,
         lora_alpha=args.lora_alpha,
         gradient_checkpointing=args.gradient_checkpointing,
+        park_dir=args.park_dir(run),
         run=run,
         with_reference=False,
     )

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 from cleanrl_style.llm.decoder import MIN_SHARED_PREFIX, scoring_prefix_length, shared_prefix_hidden, shared_prefix_supported
 from cleanrl_style.llm.model import autocast, unwrap
@@ -75,10 +76,41 @@ def token_logprobs(
         hidden = shared_prefix_hidden(base, input_ids, attention_mask, prefix)
     # Columns prefix.. of the batch; no scored token is predicted from inside the prefix.
     predicts = mask[:, prefix + 1 :]  # hidden state at t-1 predicts token t
-    logits = base.get_output_embeddings()(hidden[:, :-1][predicts]).float() / temperature
-    chosen = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, prefix + 1 :][predicts].unsqueeze(-1)).squeeze(-1)
+    chosen = chosen_logprobs(
+        base.get_output_embeddings(), hidden[:, :-1][predicts], input_ids[:, prefix + 1 :][predicts], temperature
+    )
     shifted = F.pad(predicts, (prefix + 1, 0), value=False)
     return torch.zeros(mask.shape, dtype=chosen.dtype, device=chosen.device).masked_scatter(shifted, chosen)
+
+
+LOGIT_CHUNK = 512
+"""scored tokens per vocabulary projection in ``chosen_logprobs``"""
+
+
+def _chosen(head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    logits = head(hidden).float() / temperature
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def chosen_logprobs(head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log softmax(head(hidden) / temperature) at ``targets``, for hidden states (n, hidden) and
+    target ids (n,); (n,) float32.
+
+    The logits of n scored tokens take n x vocabulary floats (SmolLM2: 197 KB a token), and the
+    log-softmax and its gradient as much again each: for an episode cut at 4,096 tokens, several
+    GB. Past ``LOGIT_CHUNK`` tokens they are computed a chunk at a time, and under gradient each
+    chunk is recomputed in the backward pass (non-reentrant checkpointing) instead of kept, so at
+    most one chunk's logits exist at once. Each row's value is the same computation either way."""
+    if len(targets) <= LOGIT_CHUNK:
+        return _chosen(head, hidden, targets, temperature)
+    parts = []
+    for start in range(0, len(targets), LOGIT_CHUNK):
+        h, t = hidden[start : start + LOGIT_CHUNK], targets[start : start + LOGIT_CHUNK]
+        if torch.is_grad_enabled() and h.requires_grad:
+            parts.append(torch.utils.checkpoint.checkpoint(_chosen, head, h, t, temperature, use_reentrant=False))
+        else:
+            parts.append(_chosen(head, h, t, temperature))
+    return torch.cat(parts)
 
 
 def prefix_order(sequences: Sequence[Sequence[int]]) -> list[int]:

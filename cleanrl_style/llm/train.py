@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from cleanrl_style.llm.model import add_lora, add_special_tokens, load_causal_lm, save_model_folder, unwrap
+from cleanrl_style.llm.parking import ParkedModule, ParkedOptimizerState, resident
 from cleanrl_style.llm.progress import WorkProgress
 from cleanrl_style.llm.rollout import RolloutSettings, evaluate_held_out, rollout_stats
 from cleanrl_style.llm.tokens import TokenLoss, batched_logprobs, gradient_step
@@ -36,13 +37,15 @@ from cleanrl_style.runs.checkpoint import CHECKPOINT_NAME, PREVIOUS_NAME, Checkp
 @dataclass
 class PolicySetup:
     """What ``build_policy`` returns: ``reference`` is None when LoRA provides it (adapters off),
-    or when it was not asked for (``with_reference=False``)."""
+    or when it was not asked for (``with_reference=False``); a ``ParkedModule`` when parked
+    (read it through ``reference_logprobs`` or ``parking.resident``)."""
 
     policy: Any
     tokenizer: Any
     reference: Any
     optimizer: torch.optim.Optimizer
     start_iteration: int
+    parked_state: ParkedOptimizerState | None = None
 
 
 def trainable_state(model: Any) -> dict[str, torch.Tensor]:
@@ -58,6 +61,10 @@ MODEL_FOLDER = "model"
 HELD_OUT_FILE = "held_out.csv"
 """each final held-out episode's outcome, one row per task (``rollout.HELD_OUT_COLUMNS``)"""
 MMAP_THRESHOLD_BYTES = 1 << 20
+PARKED_STATE_FILE = "optimizer_state.parked.pt"
+"""a full fine-tune's AdamW moments between steps (``build_policy``'s ``park_dir``), removed at the end"""
+PARKED_REFERENCE_FILE = "reference.parked.pt"
+"""a full fine-tune's frozen reference between its passes, removed at the end"""
 
 
 def return_freed_memory_to_the_system() -> bool:
@@ -105,6 +112,7 @@ def build_policy(
     with_reference: bool = True,
     gradient_checkpointing: bool = False,
     special_token_lr_scale: float = 1.0,
+    park_dir: str | Path | None = None,
 ) -> PolicySetup:
     """Load ``model`` (empty: the offline SmolLM2), add ``special_tokens`` (a token named in
     ``special_token_init`` starts at the embedding of that text: ``add_special_tokens``), wrap with LoRA if
@@ -120,6 +128,10 @@ def build_policy(
     ``with_reference=False`` skips the frozen copy of a fully trained model (a second model's
     memory) for a run that never reads the reference (no KL term); with LoRA the reference is the
     adapter-free base either way.
+
+    ``park_dir`` (a full fine-tune only): keep AdamW's moments and the frozen reference in files
+    there while no step or reference pass reads them (``parking``: ``PARKED_STATE_FILE`` and
+    ``PARKED_REFERENCE_FILE``), instead of resident through generation and the backward pass.
 
     A finished full fine-tune's checkpoint holds no weights but names its model folder in
     ``run.dir`` (``export_model``); the weights are read from there.
@@ -146,12 +158,17 @@ def build_policy(
         policy = add_lora(policy, lora_rank, lora_alpha, trainable_token_ids=token_ids or None)
     elif with_reference:
         reference = copy.deepcopy(policy).eval().requires_grad_(False)
+        if park_dir is not None:
+            reference = ParkedModule(reference, Path(park_dir) / PARKED_REFERENCE_FILE)
     if gradient_checkpointing:
         enable_activation_checkpointing(unwrap(policy))
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=weight_decay)
     if special_token_lr_scale != 1.0:
         scale_row_updates(optimizer, policy.get_input_embeddings().weight, token_ids, special_token_lr_scale)
+    parked_state = None
+    if park_dir is not None and lora_rank == 0:  # LoRA's moments are a few MB: nothing to gain
+        parked_state = ParkedOptimizerState(optimizer, Path(park_dir) / PARKED_STATE_FILE)
     start_iteration = 1
     checkpoint = run.checkpoint if run is not None else None
     if checkpoint is not None:
@@ -161,7 +178,7 @@ def build_policy(
         optimizer.load_state_dict(checkpoint["optimizer"])
         start_iteration = int(checkpoint["iteration"]) + 1
     policy.eval()
-    return PolicySetup(policy, tokenizer, reference, optimizer, start_iteration)
+    return PolicySetup(policy, tokenizer, reference, optimizer, start_iteration, parked_state)
 
 
 def scale_row_updates(optimizer: torch.optim.Optimizer, weight: torch.Tensor, rows: Sequence[int], scale: float) -> None:
@@ -191,9 +208,13 @@ def release_training_state(setup: PolicySetup) -> None:
     """Free what only training needs, once a run has taken its last step and saved its checkpoint:
     AdamW's moments (1.08 GB for SmolLM2 trained in full; the checkpoint holds them), the gradients
     and the frozen reference (0.54 GB). The final evaluation then runs without them; a resumed run
-    reads them back from the checkpoint and the model."""
+    reads them back from the checkpoint and the model. Parked files are removed."""
     setup.optimizer.state.clear()
+    if setup.parked_state is not None:
+        setup.parked_state.discard()
     setup.policy.zero_grad(set_to_none=True)
+    if isinstance(setup.reference, ParkedModule):
+        setup.reference.discard()
     setup.reference = None
 
 
@@ -222,7 +243,8 @@ def reference_logprobs(
     """Per-token log-probs under the reference model (the frozen copy, or the adapter-free base)."""
     kwargs: dict[str, Any] = dict(temperature=temperature, precision=precision, progress=progress, stage_name=stage_name)
     if reference is not None:
-        return batched_logprobs(reference, sequences, masks, pad_id, micro_batch_size, **kwargs)
+        with resident(reference) as model:
+            return batched_logprobs(model, sequences, masks, pad_id, micro_batch_size, **kwargs)
     with policy.disable_adapter():
         return batched_logprobs(policy, sequences, masks, pad_id, micro_batch_size, **kwargs)
 
