@@ -160,3 +160,21 @@ def test_build_policy_parks_a_full_fine_tune_and_its_updates_match(tmp_path, kl_
             assert not any(park_dir.iterdir())
     for name, value in weights[False].items():
         assert torch.equal(weights[True][name], value), name
+
+
+def test_discarding_forgets_the_state_and_can_be_repeated(tmp_path):
+    """discard() drops the moments from memory and their file; a second discard (the files already
+    gone, or removed by hand) is not an error, for the optimizer state and a parked module alike."""
+    weight = torch.nn.Parameter(torch.zeros(3))
+    optimizer = torch.optim.AdamW([weight], lr=0.1)
+    parking = ParkedOptimizerState(optimizer, tmp_path / "state.pt")
+    _steps(optimizer, weight, [torch.ones(3)])
+    parking.load()  # resident again, as while a step runs
+    assert optimizer.state
+    parking.discard()
+    assert not optimizer.state and not (tmp_path / "state.pt").exists()
+    parking.discard()
+    module = ParkedModule(torch.nn.Linear(2, 2), tmp_path / "module.pt")
+    module.discard()
+    assert not (tmp_path / "module.pt").exists()
+    module.discard()
