@@ -1199,3 +1199,5 @@ def test_chunked_logprobs_equal_the_whole_projection_in_value_and_gradient(monke
         torch.testing.assert_close(chunked, whole, atol=1e-6, rtol=1e-6)
     with torch.no_grad():  # without gradient the chunks are not checkpointed, the same values
         torch.testing.assert_close(token_module.chosen_logprobs(head, hidden_start, targets, 0.7), expected, atol=1e-6, rtol=0)
+        at_one = torch.log_softmax(head(hidden_start), dim=-1).gather(1, targets[:, None]).squeeze(1)
+        torch.testing.assert_close(token_module.chosen_logprobs(head, hidden_start, targets), at_one, atol=1e-6, rtol=0)
