@@ -761,3 +761,19 @@ def test_mean_difference_resamples_both_sets_of_seeds():
     low, high = bootstrap_ci(higher, n_boot=2000)
     assert d["ci_high"] - d["ci_low"] > 1.25 * (high - low)
     assert d["ci_low"] < 300.0 < d["ci_high"]
+
+
+def test_lines_keeps_the_named_lines_and_refuses_a_name_that_is_not_one(synthetic_runs, tmp_path, capsys):
+    """``--lines`` draws one comparison out of a sweep's lines; a misspelt name is an error that lists
+    the lines there are, and nothing is written."""
+    from cleanrl_style.experiments.plot.cli import main
+
+    labels = sorted({r.label for r in load_runs([synthetic_runs])})
+    assert len(labels) == 2
+    out = tmp_path / "one"
+    assert main([str(synthetic_runs), "--lines", labels[0], "--out", str(out)]) == 0
+    with open(out / "summary.csv", newline="") as f:
+        assert {row["agent"] for row in csv.DictReader(f)} == {labels[0]}
+    with pytest.raises(SystemExit, match=f"names no line nope; the runs given hold: {labels[0]} {labels[1]}"):
+        main([str(synthetic_runs), "--lines", labels[1], "nope", "--out", str(tmp_path / "two")])
+    assert not (tmp_path / "two").exists()

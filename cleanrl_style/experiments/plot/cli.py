@@ -1,6 +1,7 @@
 """Figures and tables from run folders: learning curves, aggregates across envs, NaP, LLM metrics.
 
     python -m cleanrl_style.experiments.plot runs/sweep [more run folders or parents] --out plots/ [--reference]
+    python -m cleanrl_style.experiments.plot runs/sweep --lines grpo turnsight --out plots/grpo_turnsight   # one comparison
 
 Reads every run under the given folders (a folder with ``progress.csv`` and ``args.json``) and writes:
 
@@ -218,6 +219,8 @@ class PlotArgs:
     """overlay the published Gymnasium-MuJoCo curves"""
     envs: list[str] | None = None
     """only these envs (short names, e.g. Hopper Ant)"""
+    lines: list[str] | None = None
+    """only these lines (their names in the legend and tables), e.g. the arms of one comparison"""
     seed: int = 0
     """seed of the bootstrap"""
 
@@ -236,6 +239,15 @@ def main(argv: list[str] | None = None) -> int:
     env_keys = {e.split("-v")[0] for e in args.envs} if args.envs else None
     if env_keys:
         runs = [r for r in runs if r.env_key in env_keys]
+    if args.lines:
+        labels = sorted({r.label for r in runs})
+        unknown = [name for name in args.lines if name not in labels]
+        if unknown:
+            raise SystemExit(
+                f"python -m cleanrl_style.experiments.plot: --lines names no line {' '.join(unknown)}; "
+                f"the runs given hold: {' '.join(labels)}"
+            )
+        runs = [r for r in runs if r.label in args.lines]
     if args.reference:
         runs = with_reference(runs, env_keys)
     out = Path(args.out) if args.out else (Path(args.paths[0]) / "plots" if args.paths else Path("plots"))
