@@ -17,7 +17,8 @@ of the run folder and come back for the moment they are used:
 
 ``torch.save`` and ``torch.load`` round-trip every tensor bit for bit, so a run with parked state
 takes exactly the steps of one without (``tests/test_llm_parking.py``). The cost is writing and
-reading the moments once per optimizer step (1.08 GB; the file usually stays in the page cache).
+reading the moments once per optimizer step (1.08 GB: 3.7 s on a 2-core AMD EPYC,
+``benchmarks/llm_parking_cost.py``).
 """
 
 from __future__ import annotations

@@ -97,8 +97,9 @@ def chosen_logprobs(head: Any, hidden: torch.Tensor, targets: torch.Tensor, temp
     target ids (n,); (n,) float32.
 
     The logits of n scored tokens take n x vocabulary floats (SmolLM2: 197 KB a token), and the
-    log-softmax and its gradient as much again each: for an episode cut at 4,096 tokens, several
-    GB. Past ``LOGIT_CHUNK`` tokens they are computed a chunk at a time, and under gradient each
+    log-softmax and its gradient as much again each (one 4,096-token episode with 1,873 scored
+    tokens: its pass peaks 0.59 GiB lower chunked, ``benchmarks/llm_sequence_cost.py``). Past
+    ``LOGIT_CHUNK`` tokens they are computed a chunk at a time, and under gradient each
     chunk is recomputed in the backward pass (non-reentrant checkpointing) instead of kept, so at
     most one chunk's logits exist at once. Each row's value is the same computation either way."""
     if len(targets) <= LOGIT_CHUNK:
