@@ -25,9 +25,10 @@ from cleanrl_style.llm.train import build_policy  # noqa: E402
 
 
 def current_rss_gib() -> float:
-    for line in open("/proc/self/status"):
-        if line.startswith("VmRSS"):
-            return int(line.split()[1]) / 2**20
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) / 2**20
     return float("nan")
 
 
