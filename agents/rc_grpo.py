@@ -280,14 +280,14 @@ def on_policy_episodes(args: Args, run: Run, policy, tokenizer, family, progress
         rng = random.Random(args.seed * 7919 + 1)
         task_ids = [rng.choice(family.train_ids) for _ in range(args.rctp_on_policy)]
         progress.prefix = "RCTP on-policy data"
-        # 32 at a time, as the held-out evaluation: all 160 at once peaked at 12.2 GiB resident
+        # --generation-batch-size at a time, as the held-out evaluation: all 160 at once peaked at 12.2 GiB resident
         rollouts, _ = collect_in_batches(
             policy,
             tokenizer,
             family,
             task_ids,
             args.rollout_settings(),
-            batch_size=32,
+            batch_size=args.generation_batch_size,
             seed=args.seed * 7919 + 1,
             progress=progress,
         )

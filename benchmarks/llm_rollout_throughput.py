@@ -6,6 +6,7 @@ memory-bandwidth bound and llama.cpp as the anchor; or the per-episode cache aga
     python benchmarks/llm_rollout_throughput.py --mode cache --threads 2                  # cached against re-read
     python benchmarks/llm_rollout_throughput.py --mode engines --threads 1 --rounds 4     # packed decoder against transformers
     python benchmarks/llm_rollout_throughput.py --mode prefix --threads 1 --rounds 2      # shared prefix against whole rows
+    python benchmarks/llm_rollout_throughput.py --mode batches --groups 8 --generation-batch-size 16 --threads 1 --rounds 4
     python benchmarks/llm_rollout_throughput.py --device cuda --groups 8 --group-size 8 --max-new-tokens 128
 
 The tasks are ``tools:bank`` tasks with at least ``--turns`` user turns, and episodes are cut after
@@ -64,6 +65,11 @@ order, cross-entropy on the assistant tokens, AdamW) with the rows' shared prefi
 episode, what RCTP's batches see); tokens of the batch per second of the step, the medians and
 their ratio.
 
+``--mode batches``: every episode generated at once against ``--generation-batch-size`` episodes at
+a time in whole groups (``RolloutSettings.batch_size``, the agents' flag of that name), same tasks
+and seed, alternating rounds; the batches sample with their own seeds, so the episodes differ.
+Smaller batches hold fewer key/value caches at once and read the weights once for fewer rows.
+
 ``--mode cache``: the per-episode cache (each turn prefills only the tokens that are new since
 the last one) against re-reading every conversation at each turn (``RolloutSettings.keep_cache``
 False; the first chunk that all rows share still prefilled once), same tasks, seed and sampling,
@@ -90,7 +96,7 @@ import torch
 
 from cleanrl_style.llm.generation import Sampling
 from cleanrl_style.llm.model import default_model_dir, find_gguf, load_causal_lm
-from cleanrl_style.llm.rollout import EpisodeLimits, Rollout, RolloutSettings, collect_rollouts
+from cleanrl_style.llm.rollout import EpisodeLimits, Rollout, RolloutSettings, collect_in_batches, collect_rollouts
 from envs.text.families import make_task_family
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -188,10 +194,20 @@ def bank_tasks(args: argparse.Namespace) -> tuple[Any, list[int]]:
     return family, [t for t in long_enough[: args.groups] for _ in range(args.group_size)]
 
 
-def settings_of(args: argparse.Namespace, keep_cache: bool = True, engine: str | None = None) -> RolloutSettings:
+def settings_of(
+    args: argparse.Namespace, keep_cache: bool = True, engine: str | None = None, batch_size: int | None = None
+) -> RolloutSettings:
+    """The benchmark's rollout settings; by default every episode is generated at once."""
     sampling = Sampling(max_new_tokens=args.max_new_tokens, temperature=1.0)
     limits = EpisodeLimits(max_assistant_messages=args.turns, max_context_tokens=100_000)
-    return RolloutSettings(sampling, limits, keep_cache=keep_cache, precision=args.precision, engine=engine or args.engine)
+    return RolloutSettings(
+        sampling,
+        limits,
+        keep_cache=keep_cache,
+        precision=args.precision,
+        engine=engine or args.engine,
+        batch_size=batch_size or args.groups * args.group_size,
+    )
 
 
 def load_agent(name: str) -> Any:
@@ -482,7 +498,11 @@ def compare(args: argparse.Namespace, contenders: dict[str, RolloutSettings]) ->
     load_before = load_average()
     for r in range(args.rounds):
         for name in names if r % 2 == 0 else names[::-1]:
-            rollouts, timing = collect_rollouts(model, tokenizer, family, ids, contenders[name], seed=r)
+            groups = [i // args.group_size for i in range(len(ids))]
+            batch = contenders[name].batch_size
+            rollouts, timing = collect_in_batches(
+                model, tokenizer, family, ids, contenders[name], batch_size=batch, groups=groups, seed=r
+            )
             rates[name].append(timing["tokens_per_second"])
             print(
                 f"round {r}: {name:>12}: {timing['generated_tokens']:.0f} tokens in {timing['generation_seconds']:.1f} s "
@@ -515,6 +535,23 @@ def compare_cache(args: argparse.Namespace) -> None:
 def compare_engines(args: argparse.Namespace) -> None:
     """The packed Llama decoder (engine auto) against the transformers forward."""
     compare(args, {"packed": settings_of(args, engine="auto"), "transformers": settings_of(args, engine="transformers")})
+
+
+def compare_batches(args: argparse.Namespace) -> None:
+    """Every episode generated at once against ``--generation-batch-size`` at a time (whole groups)."""
+    count = args.groups * args.group_size
+    if not 0 < args.generation_batch_size < count:
+        raise SystemExit(
+            f"error: --mode batches needs --generation-batch-size between 1 and the {count} episodes "
+            f"(--groups x --group-size), got {args.generation_batch_size}"
+        )
+    compare(
+        args,
+        {
+            f"{count} at once": settings_of(args, batch_size=count),
+            f"{args.generation_batch_size} at once": settings_of(args, batch_size=args.generation_batch_size),
+        },
+    )
 
 
 def compare_prefix(args: argparse.Namespace) -> None:
@@ -594,7 +631,10 @@ def compare_prefix(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--mode", default="report", choices=["report", "cache", "engines", "prefix"], help="see the module docstring"
+        "--mode",
+        default="report",
+        choices=["report", "cache", "engines", "prefix", "batches"],
+        help="see the module docstring",
     )
     parser.add_argument(
         "--engine", default="auto", choices=["auto", "transformers"], help="generation engine (TurnGenerator's engine)"
@@ -607,6 +647,9 @@ def main() -> None:
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     parser.add_argument("--groups", type=int, default=2, help="tasks per batch")
     parser.add_argument("--group-size", type=int, default=4, help="rollouts per task")
+    parser.add_argument(
+        "--generation-batch-size", type=int, default=0, help="batches: episodes generated at once, whole groups"
+    )
     parser.add_argument("--turns", type=int, default=4, help="assistant messages per episode")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
@@ -628,7 +671,14 @@ def main() -> None:
     if args.threads is None:
         args.threads = 1 if args.mode == "report" else 2
     torch.set_num_threads(args.threads)
-    {"report": report, "cache": compare_cache, "engines": compare_engines, "prefix": compare_prefix}[args.mode](args)
+    modes = {
+        "report": report,
+        "cache": compare_cache,
+        "engines": compare_engines,
+        "prefix": compare_prefix,
+        "batches": compare_batches,
+    }
+    modes[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -220,8 +220,9 @@ def with_random_lora(model, rank=2, seed=0):
 @pytest.mark.parametrize("shared_start", [True, False], ids=["shared-prefix", "no-shared-prefix"])
 @pytest.mark.parametrize("adapters", [False, True], ids=["full", "lora"])
 @pytest.mark.parametrize("long_output", [False, True], ids=["even-turns", "one-long-tool-output"])
+@pytest.mark.parametrize("prefill_tokens", [2048, 24], ids=["one-forward", "blocks-of-columns"])
 def test_each_sampled_tokens_logprob_equals_a_full_pass_over_its_row(
-    tokenizer, tiny, engine, shared_start, adapters, long_output, monkeypatch
+    tokenizer, tiny, engine, shared_start, adapters, long_output, prefill_tokens, monkeypatch
 ):
     """The cache's bookkeeping, checked where it matters: rows of unequal length, rows that stop while
     others still decode (holes), a shared first chunk (or none), new turns of unequal length, a dropped
@@ -234,8 +235,11 @@ def test_each_sampled_tokens_logprob_equals_a_full_pass_over_its_row(
     adapters with nonzero products the packed decoder merges them into its weights and the full pass
     runs through peft's layers. With two long tool outputs, the rows past the others' new tokens
     are fed on their own, in blocks (``TAIL_BLOCK`` set to 64 here), the rest given masked columns:
-    far fewer tokens computed than padding every row to the longest, the same log-probabilities."""
+    far fewer tokens computed than padding every row to the longest, the same log-probabilities.
+    With ``PREFILL_TOKENS`` at 24, every prompt and reply is fed in blocks of 6 columns for the 4 rows
+    (rows whose chunk has ended masked) and the tails in blocks of 12 or 24: the same log-probabilities."""
     monkeypatch.setattr(generation, "TAIL_BLOCK", 64)
+    monkeypatch.setattr(generation, "PREFILL_TOKENS", prefill_tokens)
     if adapters:
         tiny = with_random_lora(tiny)
     stops = list(range(3, len(tokenizer), 5))  # a fifth of the vocabulary ends a message: rows stop at different steps
@@ -1000,6 +1004,31 @@ def test_scaled_rows_take_adamws_step_at_the_scaled_learning_rate():
     assert not torch.allclose(runs["plain"][rows], runs["fast"][rows], atol=1e-3)  # the scale shows
 
 
+def test_build_policy_steps_with_fused_adamw_as_the_single_tensor_adamw_does(tmp_path):
+    """build_policy's AdamW runs fused (in place, no temporary the size of a parameter); three steps
+    of it move every weight as torch's single-tensor AdamW with the same settings, to float32 rounding."""
+    from llm_tiny_model import save_tiny_model
+
+    from cleanrl_style.llm.train import build_policy
+
+    setup = build_policy(str(save_tiny_model(tmp_path / "tiny")), "cpu", 1e-2, with_reference=False, weight_decay=0.1)
+    assert setup.optimizer.defaults["fused"] is True
+    params = [p for p in setup.policy.parameters() if p.requires_grad]
+    start = [p.detach().clone() for p in params]
+    copies = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    single = torch.optim.AdamW(copies, lr=1e-2, weight_decay=0.1, foreach=False)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        for p, c in zip(params, copies):
+            p.grad = torch.randn(p.shape, generator=generator)
+            c.grad = p.grad.clone()
+        setup.optimizer.step()
+        single.step()
+    for p, c, p0 in zip(params, copies, start):
+        torch.testing.assert_close(p.detach(), c.detach(), atol=1e-6, rtol=1e-6)
+        assert (p.detach() - p0).abs().max() > 1e-3  # three steps of lr 1e-2 moved every weight
+
+
 def test_build_policy_trains_the_special_tokens_rows_at_the_scaled_rate(tmp_path, tokenizer):
     from llm_tiny_model import save_tiny_model
 
@@ -1157,7 +1186,7 @@ def test_collecting_one_at_a_time_sums_timing_and_reports_under_the_stage_name(t
     prefilled tokens and generation seconds are the batches' sums; progress lines carry the stage name."""
     from cleanrl_style.llm.rollout import collect_in_batches
 
-    ids, greedy = family.train_ids[:2], settings(4, 2)
+    ids, greedy = family.train_ids[:2], settings(4, 2, greedy=False)  # sampled: the seed shows
     stream = io.StringIO()
     lines = WorkProgress(bar=False, interval_s=0.0, stream=stream, timer=False)
     started = time.perf_counter()
@@ -1173,6 +1202,90 @@ def test_collecting_one_at_a_time_sums_timing_and_reports_under_the_stage_name(t
     assert timing["prefilled_tokens"] == prefilled > 0
     assert 0 < timing["generation_seconds"] <= elapsed
     assert "probe" in stream.getvalue()
+
+
+def test_group_batches_fill_each_batch_with_whole_groups():
+    """Slices are consecutive, at most batch_size long, never cut a group, and a group longer than
+    the batch is a slice alone; a batch below 1 is refused."""
+    from cleanrl_style.llm.rollout import group_batches
+
+    groups = [0] * 4 + [1] * 4 + [2] * 4
+    assert group_batches(groups, 12) == [(0, 12)]
+    assert group_batches(groups, 8) == [(0, 8), (8, 12)]
+    assert group_batches(groups, 7) == [(0, 4), (4, 8), (8, 12)]  # two groups of 4 do not fit in 7
+    assert group_batches(groups, 2) == [(0, 4), (4, 8), (8, 12)]  # each group alone, whole
+    assert group_batches([0, 1, 1, 1, 2], 2) == [(0, 1), (1, 4), (4, 5)]
+    assert group_batches([0, 0, 1, 2, 2, 3], 3) == [(0, 3), (3, 6)]
+    assert group_batches([], 4) == []
+    assert group_batches([0, 0, 1], 1) == [(0, 2), (2, 3)]  # a batch of one: each group alone
+    with pytest.raises(ValueError, match="batch_size must be at least 1, got 0"):
+        group_batches(groups, 0)
+
+
+def test_collecting_groups_in_batches_keeps_groups_whole_and_seeds_each_batch(tokenizer, tiny, family):
+    """With the generation batch below the episodes, each batch of whole groups is what
+    collect_rollouts gives for them at ``seed + first`` with their group numbers; with a batch that
+    holds them all, the episodes are collect_rollouts' at ``seed``, bit for bit."""
+    from cleanrl_style.llm.rollout import collect_groups
+
+    tasks, group_size = family.train_ids[:3], 2
+    ids = [t for t in tasks for _ in range(group_size)]
+    numbers = [g for g in range(3) for _ in range(group_size)]
+    whole, _ = collect_rollouts(tiny, tokenizer, family, ids, settings(greedy=False), groups=numbers, seed=5)
+    together, _, rewards = collect_groups(tiny, tokenizer, family, tasks, group_size, settings(greedy=False), seed=5)
+    assert [r.tokens for r in together] == [r.tokens for r in whole] and rewards.shape == (3, 2)
+    batched_settings = dataclasses.replace(settings(greedy=False), batch_size=3)  # one group of 2 per batch
+    suffixes = [" <|a|>", " <|b|>"] * 3  # RC-GRPO's reward tokens, one per episode
+    batched, timing, rewards = collect_groups(
+        tiny, tokenizer, family, tasks, group_size, batched_settings, seed=5, first_user_suffixes=suffixes
+    )
+    assert [r.group for r in batched] == numbers and [r.task_id for r in batched] == ids
+    assert [r.first_user_suffix for r in batched] == suffixes
+    assert timing["tokens_per_second"] == timing["generated_tokens"] / timing["generation_seconds"]
+    assert rewards.tolist() == [[r.reward for r in batched[g * 2 : g * 2 + 2]] for g in range(3)]
+    generated = 0.0
+    for first in (0, 2, 4):
+        alone, t = collect_rollouts(
+            tiny,
+            tokenizer,
+            family,
+            ids[first : first + 2],
+            settings(greedy=False),
+            groups=numbers[first : first + 2],
+            first_user_suffixes=suffixes[first : first + 2],
+            seed=5 + first,
+        )
+        assert [r.tokens for r in alone] == [r.tokens for r in batched[first : first + 2]]
+        generated += t["generated_tokens"]
+    assert timing["generated_tokens"] == generated > 0
+    assert [r.tokens for r in batched[2:]] != [r.tokens for r in whole[2:]]  # other seeds, other samples
+    with pytest.raises(ValueError, match="generation batch must hold at least 1 episode, got 0"):
+        dataclasses.replace(settings(), batch_size=0)
+
+
+def test_the_generation_batch_flag_sets_training_and_evaluation_batches(tokenizer, tiny, family, monkeypatch):
+    """--generation-batch-size reaches the rollout and evaluation settings, and the held-out
+    evaluation generates that many episodes at a time unless told otherwise."""
+    from cleanrl_style.llm import rollout as rollout_module
+    from cleanrl_style.llm.args import LLMRunArgs
+
+    args = LLMRunArgs(generation_batch_size=3)
+    assert args.rollout_settings().batch_size == 3 and args.eval_settings().batch_size == 3
+    assert LLMRunArgs().rollout_settings().batch_size == 32
+    sizes = []
+    real = rollout_module.collect_rollouts
+
+    def counting(model, tokenizer, family, task_ids, *a, **k):
+        sizes.append(len(task_ids))
+        return real(model, tokenizer, family, task_ids, *a, **k)
+
+    monkeypatch.setattr(rollout_module, "collect_rollouts", counting)
+    greedy = dataclasses.replace(settings(4, 2), batch_size=3)
+    rollout_module.evaluate_held_out(tiny, tokenizer, family, 7, greedy)
+    assert sizes == [3, 3, 1]
+    sizes.clear()
+    rollout_module.evaluate_held_out(tiny, tokenizer, family, 7, greedy, batch_size=4)
+    assert sizes == [4, 3]
 
 
 def test_chunked_logprobs_equal_the_whole_projection_in_value_and_gradient(monkeypatch):

@@ -44,6 +44,10 @@ class LLMRunArgs(BaseRunArgs):
     """precision of rollout generation: auto (the same as --precision, so the loss scores the
     distribution the tokens were drawn from), fp32 or bf16 (with fp32 training: inexact, the
     sampled tokens' log-probabilities differ from the loss's and nothing corrects it)"""
+    generation_batch_size: int = 32
+    """episodes generated at once, in training (whole groups) and in evaluation: their key/value
+    caches are resident together (about 46 KB a token for SmolLM2 in float32), so this bounds the
+    memory of generation; a larger batch reads the weights once for more episodes"""
     kv_cache: bool = True
     """keep each episode's key/value cache from one turn to the next (--no-kv-cache re-reads every conversation each turn)"""
     lora_rank: int = 0
@@ -132,6 +136,7 @@ class LLMRunArgs(BaseRunArgs):
             limits=EpisodeLimits(self.max_assistant_messages, self.max_context_tokens),
             keep_cache=self.kv_cache,
             precision=generation_precision(self.generation_precision, self.precision),
+            batch_size=self.generation_batch_size,
         )
 
     def eval_settings(self) -> RolloutSettings:

@@ -54,6 +54,10 @@ from cleanrl_style.llm.model import autocast, unwrap
 
 ENGINES = ("auto", "transformers")
 TAIL_BLOCK = 512  # columns per forward of the rows whose new chunk runs past the others' (bounds its attention)
+# Tokens (rows x columns) per prefill forward: a longer chunk is fed in blocks of columns. A forward's
+# attention holds scores for every (row, head, new column, cached column); 32 rows fed 512 columns
+# over 1,800 cached ones at once took 1.5 GB of them for SmolLM2 (benchmarks/README.md).
+PREFILL_TOKENS = 2048
 
 
 @dataclass(frozen=True)
@@ -272,22 +276,35 @@ class TurnGenerator:
             return self._append_all(chunks)
         logits = self._append_all([c[:cut] for c in chunks])
         tails = [b for b, n in enumerate(lengths) if n > cut]
-        for start in range(cut, width, TAIL_BLOCK):
+        block = min(TAIL_BLOCK, max(1, PREFILL_TOKENS // len(tails)))
+        for start in range(cut, width, block):
             fed = [b for b in tails if lengths[b] > start]
-            block = self._append_rows(fed, [chunks[b][start : start + TAIL_BLOCK] for b in fed])
-            logits[fed] = block
+            logits[fed] = self._append_rows(fed, [chunks[b][start : start + block] for b in fed])
         return logits
 
     def _append_all(self, chunks: Sequence[Sequence[int]]) -> torch.Tensor:
-        """Feed each row's new tokens right-padded into one chunk; logits at each row's last one."""
-        ids, mask, last = self._chunk(chunks)
-        positions = self.real.unsqueeze(1) + torch.arange(ids.shape[1], device=self.device)
-        self.mask = torch.cat([self.mask, mask], dim=1)
-        hidden = self._forward(ids, positions)
-        self.real = self.real + mask.sum(dim=1)
-        self.prefilled_tokens += int(mask.sum())
-        self.computed_tokens += ids.numel()
-        return self._logits(hidden[torch.arange(len(chunks), device=self.device), last])
+        """Feed each row's new tokens right-padded, in forwards of at most ``PREFILL_TOKENS`` tokens
+        (blocks of columns across all rows; a row whose chunk has ended gets masked columns);
+        logits at each row's last one."""
+        width = max(len(c) for c in chunks)
+        block = max(1, PREFILL_TOKENS // len(chunks))
+        last_hidden: torch.Tensor | None = None
+        for start in range(0, width, block):
+            part = [c[start : start + block] for c in chunks]
+            ids, mask, last = self._chunk(part)
+            positions = self.real.unsqueeze(1) + torch.arange(ids.shape[1], device=self.device)
+            self.mask = torch.cat([self.mask, mask], dim=1)
+            hidden = self._forward(ids, positions)[torch.arange(len(chunks), device=self.device), last]
+            self.real = self.real + mask.sum(dim=1)
+            self.prefilled_tokens += int(mask.sum())
+            self.computed_tokens += ids.numel()
+            ending = [b for b, c in enumerate(chunks) if start < len(c) <= start + block]
+            if last_hidden is None:
+                last_hidden = hidden
+            else:
+                last_hidden[ending] = hidden[ending]
+        assert last_hidden is not None
+        return self._logits(last_hidden)
 
     def _chunk(self, chunks: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Ids and mask (rows, longest chunk) of right-padded chunks, and each chunk's last column."""

@@ -68,6 +68,10 @@ class RolloutSettings:
         suffix_every_turn: Where an episode's suffix (RC-GRPO's reward token) goes: False, the first
             user message only; True, also the message each later assistant message answers
             (``with_turn_suffixes``), so the model reads it just before each of its messages.
+        batch_size: Episodes generated at once by ``collect_groups`` (whole groups: a group larger
+            than this is generated alone) and ``evaluate_held_out``. Their key/value caches are
+            resident together, about 46 KB a token for SmolLM2 in float32, so this bounds
+            generation's memory; larger batches read the weights once for more rows.
     """
 
     sampling: Sampling
@@ -76,6 +80,11 @@ class RolloutSettings:
     precision: str = "fp32"
     engine: str = "auto"
     suffix_every_turn: bool = False
+    batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"the generation batch must hold at least 1 episode, got {self.batch_size}")
 
     def greedy(self, max_new_tokens: int | None = None) -> RolloutSettings:
         """The same settings with greedy decoding (evaluation), optionally another message length."""
@@ -359,6 +368,26 @@ def collect_rollouts(
     return rollouts, timing
 
 
+def group_batches(groups: Sequence[int], batch_size: int) -> list[tuple[int, int]]:
+    """``(start, end)`` slices of consecutive episodes, each at most ``batch_size`` long and never
+    splitting a run of equal ``groups`` entries (a group longer than ``batch_size`` is a slice alone)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    slices: list[tuple[int, int]] = []
+    start, i, n = 0, 0, len(groups)
+    while i < n:
+        end = i + 1
+        while end < n and groups[end] == groups[i]:
+            end += 1
+        if end - start > batch_size and i > start:  # this group would overfill the slice: close it before the group
+            slices.append((start, i))
+            start = i
+        i = end
+    if start < n:
+        slices.append((start, n))
+    return slices
+
+
 def collect_in_batches(
     model: Any,
     tokenizer: Any,
@@ -367,28 +396,38 @@ def collect_in_batches(
     settings: RolloutSettings,
     *,
     batch_size: int,
+    groups: Sequence[int] | None = None,
     seed: int = 0,
     first_user_suffix: str = "",
+    first_user_suffixes: Sequence[str] | None = None,
     progress: WorkProgress | None = None,
     stage_name: str = "rollout",
 ) -> tuple[list[Rollout], dict[str, float]]:
     """``collect_rollouts`` over ``task_ids``, ``batch_size`` episodes at once: the key/value caches
-    and activations of one batch bound the memory, whatever the number of episodes. Episode i
-    resets with seed ``seed + i`` whatever the batches; its sampling is seeded per batch
-    (``seed + first``). Timing: the batches' tokens and seconds summed."""
+    and activations of one batch bound the memory, whatever the number of episodes. With ``groups``
+    (one index per episode, a group's episodes adjacent), batches hold whole groups
+    (``group_batches``). Episode i resets with seed ``seed + i`` whatever the batches; its sampling
+    is seeded per batch (``seed + first``, so one batch samples as ``collect_rollouts`` with
+    ``seed``). Timing: the batches' tokens and seconds summed."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    n = len(task_ids)
+    if groups is None:
+        slices = [(first, min(first + batch_size, n)) for first in range(0, n, batch_size)]
+    else:
+        slices = group_batches(groups, batch_size)
+    suffixes = list(first_user_suffixes) if first_user_suffixes is not None else [first_user_suffix] * n
     rollouts: list[Rollout] = []
     tokens, seconds, prefilled = 0.0, 0.0, 0.0
-    for first in range(0, len(task_ids), batch_size):
-        chunk = list(task_ids[first : first + batch_size])
+    for first, end in slices:
         batch, timing = collect_rollouts(
             model,
             tokenizer,
             family,
-            chunk,
+            list(task_ids[first:end]),
             settings,
-            first_user_suffixes=[first_user_suffix] * len(chunk),
+            groups=None if groups is None else list(groups[first:end]),
+            first_user_suffixes=suffixes[first:end],
             seed=seed + first,
             progress=progress,
             stage_name=stage_name,
@@ -417,17 +456,19 @@ def collect_groups(
     first_user_suffixes: Sequence[str] | None = None,
     progress: WorkProgress | None = None,
 ) -> tuple[list[Rollout], dict[str, float], torch.Tensor]:
-    """``group_size`` episodes of each task in ``group_task_ids``, all generated together.
+    """``group_size`` episodes of each task in ``group_task_ids``, generated ``settings.batch_size``
+    at a time in whole groups (all together when they fit: then bit for bit as ``collect_rollouts``).
 
     Returns ``(rollouts, timing, rewards)``, rollouts group after group and ``rewards`` shaped
     ``(groups, group_size)``.
     """
-    rollouts, timing = collect_rollouts(
+    rollouts, timing = collect_in_batches(
         model,
         tokenizer,
         family,
         [t for t in group_task_ids for _ in range(group_size)],
         settings,
+        batch_size=settings.batch_size,
         groups=[g for g in range(len(group_task_ids)) for _ in range(group_size)],
         first_user_suffixes=first_user_suffixes,
         seed=seed,
@@ -501,13 +542,14 @@ def evaluate_held_out(
     *,
     first_user_suffix: str = "",
     progress: WorkProgress | None = None,
-    batch_size: int = 32,
+    batch_size: int | None = None,
     record: Path | None = None,
     step: int = 0,
 ) -> dict[str, float]:
     """Greedy episodes on the first ``num_episodes`` test-split tasks of ``family`` (the same ones
-    every time), ``batch_size`` at once, as the metrics the agents log: ``charts/test_success_rate``,
-    ``eval/*`` and its wall and CPU seconds (``time/eval_seconds``, ``time/eval_cpu_seconds``). With
+    every time), ``batch_size`` at once (default ``settings.batch_size``), as the metrics the agents
+    log: ``charts/test_success_rate``, ``eval/*`` and its wall and CPU seconds (``time/eval_seconds``,
+    ``time/eval_cpu_seconds``). With
     ``record``, each episode's outcome is appended there at ``step`` (``append_held_out_outcomes``)
     and its messages beside it (``held_out_episodes_path``, ``append_held_out_episodes``).
 
@@ -526,7 +568,7 @@ def evaluate_held_out(
         family,
         family.test_ids[:num_episodes],
         settings if settings.sampling.greedy else settings.greedy(),
-        batch_size=batch_size,
+        batch_size=batch_size or settings.batch_size,
         first_user_suffix=first_user_suffix,
         progress=progress,
         stage_name="held-out evaluation",
