@@ -55,8 +55,9 @@ from cleanrl_style.llm.model import autocast, unwrap
 ENGINES = ("auto", "transformers")
 TAIL_BLOCK = 512  # columns per forward of the rows whose new chunk runs past the others' (bounds its attention)
 # Tokens (rows x columns) per prefill forward: a longer chunk is fed in blocks of columns. A forward's
-# attention holds scores for every (row, head, new column, cached column); 32 rows fed 512 columns
-# over 1,800 cached ones at once took 1.5 GB of them for SmolLM2 (benchmarks/README.md).
+# attention holds a score for every row, head, new column and cached column (about 1 GB in float32
+# for SmolLM2's 9 heads, 32 rows, 512 new and 1,800 cached columns); a turn feeding 500 tokens to
+# each of 32 rows peaked 0.57 GB lower in blocks (benchmarks/prefill_blocks.py).
 PREFILL_TOKENS = 2048
 
 

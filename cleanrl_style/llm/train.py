@@ -164,8 +164,8 @@ def build_policy(
         enable_activation_checkpointing(unwrap(policy))
     params = [p for p in policy.parameters() if p.requires_grad]
     # Fused: one kernel per parameter updates it and its moments in place. The single-tensor AdamW
-    # allocates a temporary the size of each parameter (the embedding's 113 MB for SmolLM2), so its
-    # step peaked 0.21 GiB higher and ran slower (benchmarks/README.md, the generation batch).
+    # allocates a temporary the size of each parameter (the embedding's 113 MB for SmolLM2): its
+    # step peaked 216 MB higher and took 1.69x as long (benchmarks/llm_adamw_step.py).
     fused = params[0].device.type in ("cpu", "cuda") if params else None
     optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=weight_decay, fused=fused)
     if special_token_lr_scale != 1.0:
