@@ -22,7 +22,7 @@ import os
 import time
 
 import torch
-from timing import high_water_mb, reset_high_water  # benchmarks/timing.py, beside this script
+from timing import timed_second_turn  # benchmarks/timing.py, beside this script
 
 from cleanrl_style.llm import generation
 from cleanrl_style.llm.generation import Sampling, TurnGenerator
@@ -37,13 +37,7 @@ def one_round(model, tokenizer, args, blocks: int) -> tuple[float, float, list[l
     shared = torch.randint(100, 40000, (300,), generator=draw).tolist()
     own = max(args.prompt_tokens - 300, 1)
     tokens = [shared + torch.randint(100, 40000, (own,), generator=draw).tolist() for _ in range(args.rows)]
-    first = generator.generate(list(range(args.rows)), tokens)
-    for row in range(args.rows):
-        tokens[row] = tokens[row] + first[row] + torch.randint(100, 40000, (args.new_tokens,), generator=draw).tolist()
-    reset_high_water()
-    started = time.perf_counter()
-    second = generator.generate(list(range(args.rows)), tokens)
-    return time.perf_counter() - started, high_water_mb(), second
+    return timed_second_turn(generator, tokens, [args.new_tokens] * args.rows, draw)
 
 
 def main() -> None:

@@ -129,3 +129,16 @@ def high_water_mb() -> float:
     with open("/proc/self/status") as status:
         line = next(line for line in status if line.startswith("VmHWM"))
     return int(line.split()[1]) / 1024
+
+
+def timed_second_turn(generator, prompts: list[list[int]], new_tokens: list[int], draw: torch.Generator):
+    """A first message for every prompt from ``generator`` (a ``TurnGenerator``), then, after each
+    row's message and ``new_tokens[row]`` random token ids, the second turn, timed:
+    ``(seconds, high-water MB over it, its messages)``."""
+    rows = list(range(len(prompts)))
+    first = generator.generate(rows, prompts)
+    tokens = [p + m + torch.randint(100, 40000, (n,), generator=draw).tolist() for p, m, n in zip(prompts, first, new_tokens)]
+    reset_high_water()
+    started = time.perf_counter()
+    second = generator.generate(rows, tokens)
+    return time.perf_counter() - started, high_water_mb(), second

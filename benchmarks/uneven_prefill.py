@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import argparse
 import platform
-import time
 
 import torch
-from timing import high_water_mb, reset_high_water  # benchmarks/timing.py, beside this script
+from timing import timed_second_turn  # benchmarks/timing.py, beside this script
 
 from cleanrl_style.llm.generation import Sampling, TurnGenerator
 from cleanrl_style.llm.model import load_causal_lm
@@ -39,14 +38,7 @@ def one_round(model, tokenizer, args, split: bool) -> tuple[float, float, list[l
     draw = torch.Generator().manual_seed(0)
     prompt = torch.randint(100, 40000, (300,), generator=draw).tolist()
     tokens = [prompt + torch.randint(100, 40000, (20,), generator=draw).tolist() for _ in range(args.rows)]
-    first = generator.generate(list(range(args.rows)), tokens)
-    for row in range(args.rows):
-        extra = args.long_tokens if row == 0 else 30
-        tokens[row] = tokens[row] + first[row] + torch.randint(100, 40000, (extra,), generator=draw).tolist()
-    reset_high_water()
-    started = time.perf_counter()
-    second = generator.generate(list(range(args.rows)), tokens)
-    return time.perf_counter() - started, high_water_mb(), second
+    return timed_second_turn(generator, tokens, [args.long_tokens] + [30] * (args.rows - 1), draw)
 
 
 def main() -> None:
