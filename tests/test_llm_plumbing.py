@@ -268,6 +268,10 @@ def test_each_sampled_tokens_logprob_equals_a_full_pass_over_its_row(
         if long_output and turn == 1:  # rows 1 and 2 bring 200 and 300 more tokens than rows 0 and 3
             assert generator.prefilled_tokens - fed > 500
             assert generator.computed_tokens - computed < 0.6 * len(episodes) * max(reply_lengths.values())
+            if generator.packed is not None:  # the tails are kept for rows 1 and 2 alone, in one side block
+                cache = generator.packed.cache
+                assert len(cache.sides) == 1 and cache.sides[0].rows.tolist() == [1, 2]
+                assert cache.sides[0].width > 250 and cache.columns == cache.total_columns - cache.sides[0].width
         lengths.append([len(n) for n in new])
         for e, tokens, logps in zip(episodes, new, generator.sampled_logprobs):
             assert len(logps) == len(tokens)
@@ -1110,6 +1114,54 @@ def test_the_key_value_buffer_keeps_its_columns_when_it_grows_and_rows_are_selec
     empty = KVBuffer(layers=2)
     empty.select(torch.tensor([0, 0]))  # nothing written yet: nothing to select
     assert empty.filled_rows() == 0 and empty.columns == 0
+
+
+def test_columns_of_some_rows_only_are_kept_for_those_rows_and_follow_them_when_rows_change():
+    """``append_rows`` keeps a forward's new columns for the fed rows alone (a side block), extends
+    that block when the next columns come right after it for some of its rows (zeros for the rest,
+    which their mask hides), and ``select``/``rows`` keep each block's rows in their new places."""
+    from cleanrl_style.llm.decoder import KVBuffer
+
+    whole = KVBuffer(layers=1)
+    whole.add_main_columns(3)
+    main = torch.randn(4, 1, 3, 2)
+    whole.append(0, main, -main, 0)
+    tails = []
+    for index in ([1, 3], [3]):  # a tail fed in two blocks: rows 1 and 3, then row 3 alone
+        part = whole.rows(torch.tensor(index))
+        assert part.total_columns == whole.total_columns
+        part.add_main_columns(2)
+        tail = torch.randn(len(index), 1, 2, 2)
+        part.append(0, tail, -tail, part.columns)
+        whole.append_rows(part, torch.tensor(index), 2)
+        tails.append(tail)
+    assert whole.columns == 3 and whole.total_columns == 7 and len(whole.sides) == 1
+    side = whole.sides[0]
+    assert side.rows.tolist() == [1, 3] and side.start == 3 and side.width == 4
+    expected = torch.cat([tails[0], torch.cat([torch.zeros(1, 1, 2, 2), tails[1]])], dim=2)
+    torch.testing.assert_close(side.keys[0], expected, rtol=0, atol=0)
+    torch.testing.assert_close(side.values[0], -expected, rtol=0, atol=0)
+    whole.add_main_columns(1)  # a decoding step of every row: main columns again
+    whole.append(0, torch.randn(4, 1, 1, 2), torch.randn(4, 1, 1, 2), whole.columns)
+    assert whole.main_order.tolist() == [0, 1, 2, 7]
+    mask = torch.arange(32).view(4, 8)
+    assert whole.main_mask(mask).tolist() == mask[:, [0, 1, 2, 7]].tolist()
+    assert whole.side_masks(mask)[0].tolist() == mask[[1, 3], 3:7].tolist()
+    whole.select(torch.tensor([3, 0, 2]))  # row 1 leaves, row 3 moves to 0
+    assert whole.sides[0].rows.tolist() == [0]
+    torch.testing.assert_close(whole.sides[0].keys[0], expected[1:], rtol=0, atol=0)
+    assert whole.rows(torch.tensor([1, 2])).sides == []  # neither row holds the block
+    whole.select(torch.tensor([1]))
+    assert whole.sides == [] and whole.total_columns == 8  # its columns stay in the mask's order, held by none
+
+
+def test_the_packed_decoder_refuses_a_mask_that_does_not_extend_its_cache(tiny):
+    from cleanrl_style.llm.decoder import PackedLlama
+
+    decoder = PackedLlama(tiny, rows=2)
+    decoder.forward(torch.tensor([[5, 6], [7, 8]]), torch.tensor([[0, 1], [0, 1]]), torch.ones(2, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="the mask has 3 earlier per-row columns, the cache 2"):
+        decoder.forward(torch.tensor([[9], [9]]), torch.tensor([[2], [2]]), torch.ones(2, 4, dtype=torch.long))
 
 
 def test_only_a_one_row_cache_becomes_the_shared_prefix(tiny):

@@ -22,7 +22,11 @@ checkpoints) without transformers' generic machinery:
   keys through batched matrix products and a masked softmax; prefill chunks use
   ``scaled_dot_product_attention`` with the causal-and-holes mask.
 - **A key/value buffer with spare room**, grown by half when full, rows selected or repeated in
-  place of a transformers cache.
+  place of a transformers cache. Columns that only some rows hold (the tails of a long tool
+  output, which the generator feeds for those rows alone) go to a side block of those rows
+  (:class:`SideBlock`), read under the same softmax as the rest, instead of widening every row's
+  main block: a python-math turn where one of 32 rows printed 1,000 tokens and the others about
+  30 keeps 1,000 columns of one row, not of 32.
 
 The packed copies are taken from the live weights when a ``PackedLlama`` is built, so it must be
 rebuilt after the weights change (``TurnGenerator`` builds one per ``generate`` call from a fresh
@@ -76,25 +80,74 @@ class PackedLinear:
         return torch.ops.mkl._mkl_linear(x, self.packed, self.weight, None, self.rows)[:n]
 
 
+class SideBlock:
+    """Columns that only some rows of a :class:`KVBuffer` hold: the tails of new chunks far longer
+    than the other rows' (a long tool output), kept for those rows alone.
+
+    ``rows`` are the buffer rows that hold them (the others read none of these columns: their mask
+    there is 0), ``start`` the block's first column in the per-row column order (the generator's
+    mask, past a shared prefix), ``keys``/``values`` per layer (len(rows), kv heads, width, head dim)."""
+
+    def __init__(self, rows: torch.Tensor, start: int, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        self.rows, self.start, self.keys, self.values = rows, start, keys, values
+
+    @property
+    def width(self) -> int:
+        return self.keys[0].shape[2]
+
+    def restricted(self, index: torch.Tensor, buffer_rows: int) -> SideBlock | None:
+        """The block for a buffer whose rows become ``index`` (of ``buffer_rows``): its rows that
+        ``index`` keeps, in their new places; None when it keeps none."""
+        place = torch.full((buffer_rows,), -1, dtype=torch.long, device=self.rows.device)
+        place[self.rows] = torch.arange(len(self.rows), device=self.rows.device)
+        held = place[index]
+        new_rows = (held >= 0).nonzero().flatten()
+        if not len(new_rows):
+            return None
+        held = held[new_rows]
+        return SideBlock(new_rows, self.start, [k[held] for k in self.keys], [v[held] for v in self.values])
+
+
 class KVBuffer:
-    """Keys and values of every layer, (rows, kv heads, columns, head dim), with spare columns."""
+    """Keys and values of every layer: a main block (rows, kv heads, columns, head dim) with spare
+    columns, which every forward appends to, and side blocks that hold columns for some rows only.
+
+    Columns keep the order of the mask the forwards get (each row's real tokens in order, holes
+    masked); ``main_order`` says which of them are the main block's, each side block its own range."""
 
     def __init__(self, layers: int) -> None:
         self.keys: list[torch.Tensor | None] = [None] * layers
         self.values: list[torch.Tensor | None] = [None] * layers
-        self.columns = 0  # filled columns (of the last layer written)
+        self.columns = 0  # filled columns of the main block (of the last layer written)
+        self.total_columns = 0  # columns in the mask's order: the main block's and the side blocks'
+        self.main_order = torch.zeros(0, dtype=torch.long)  # the main block's columns in the mask's order
+        self.sides: list[SideBlock] = []
 
     def filled_rows(self) -> int:
         return 0 if self.keys[0] is None else self.keys[0].shape[0]
 
+    def add_main_columns(self, width: int) -> None:
+        """The next ``width`` columns of the mask are the main block's (before a forward appends them)."""
+        new = torch.arange(self.total_columns, self.total_columns + width)
+        self.main_order = new if not len(self.main_order) else torch.cat([self.main_order, new])
+        self.total_columns += width
+
+    def main_mask(self, per_row: torch.Tensor) -> torch.Tensor:
+        """The main block's columns of a mask (rows, total columns)."""
+        return per_row if len(self.main_order) == self.total_columns else per_row[:, self.main_order]
+
+    def side_masks(self, per_row: torch.Tensor) -> list[torch.Tensor]:
+        """Each side block's columns of a mask (rows, total columns), for the block's rows."""
+        return [per_row[side.rows, side.start : side.start + side.width] for side in self.sides]
+
     def layer(self, layer: int, columns: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The first ``columns`` keys and values of ``layer``."""
+        """The first ``columns`` keys and values of ``layer``'s main block."""
         keys, values = self.keys[layer], self.values[layer]
         assert keys is not None and values is not None
         return keys[:, :, :columns], values[:, :, :columns]
 
     def append(self, layer: int, keys: torch.Tensor, values: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write columns ``start:start+width`` of ``layer``; the filled keys and values up to them."""
+        """Write columns ``start:start+width`` of ``layer``'s main block; its filled keys and values up to them."""
         end = start + keys.shape[2]
         buffer_k, buffer_v = self.keys[layer], self.values[layer]
         if buffer_k is None or buffer_v is None or buffer_k.shape[2] < end:
@@ -110,29 +163,46 @@ class KVBuffer:
         return buffer_k[:, :, :end], buffer_v[:, :, :end]
 
     def select(self, index: torch.Tensor) -> None:
-        """Keep (or repeat) the rows ``index`` of every layer."""
+        """Keep (or repeat) the rows ``index`` of every layer and side block."""
+        rows = self.filled_rows()
         self.keys = [None if k is None else k[index] for k in self.keys]
         self.values = [None if v is None else v[index] for v in self.values]
+        self.sides = [s for s in (side.restricted(index, rows) for side in self.sides) if s is not None]
 
     def rows(self, index: torch.Tensor) -> KVBuffer:
-        """A copy of the rows ``index`` (their filled columns), for a forward of those rows only."""
+        """A copy of the rows ``index`` (their filled columns and side blocks), for a forward of those rows only."""
         part = KVBuffer(len(self.keys))
         part.keys = [None if k is None else k[index, :, : self.columns] for k in self.keys]
         part.values = [None if v is None else v[index, :, : self.columns] for v in self.values]
-        part.columns = self.columns
+        part.columns, part.total_columns, part.main_order = self.columns, self.total_columns, self.main_order
+        rows = self.filled_rows()
+        part.sides = [s for s in (side.restricted(index, rows) for side in self.sides) if s is not None]
         return part
 
     def append_rows(self, part: KVBuffer, index: torch.Tensor, width: int) -> None:
-        """Append ``width`` columns to every row: ``part``'s last ``width`` columns (``part`` holds
-        the rows ``index``, see :meth:`rows`) in those rows, zeros (masked columns) in the others."""
-        start = self.columns
-        for layer, (keys, values) in enumerate(zip(self.keys, self.values)):
-            part_keys, part_values = part.layer(layer, start + width)
-            assert keys is not None and values is not None
-            new_keys = keys.new_zeros((keys.shape[0], keys.shape[1], width, keys.shape[3]))
-            new_values = values.new_zeros((values.shape[0], values.shape[1], width, values.shape[3]))
-            new_keys[index], new_values[index] = part_keys[:, :, start:], part_values[:, :, start:]
-            self.append(layer, new_keys, new_values, start)
+        """Append ``width`` columns that only the rows ``index`` hold: ``part``'s last ``width``
+        main columns (``part`` holds the rows ``index``, see :meth:`rows`), kept as a side block, so
+        that the other rows' columns take no memory. Columns right after a side block, for rows it
+        holds, extend it (the tails of one chunk fed in blocks become one block; rows it holds
+        that ``index`` does not get zeros there, masked)."""
+        start = part.columns - width
+        keys = [k[:, :, start : part.columns] for k in part.keys if k is not None]
+        values = [v[:, :, start : part.columns] for v in part.values if v is not None]
+        last = self.sides[-1] if self.sides else None
+        if last is not None and last.start + last.width == self.total_columns and bool(torch.isin(index, last.rows).all()):
+            place = torch.full((self.filled_rows(),), -1, dtype=torch.long)
+            place[last.rows] = torch.arange(len(last.rows))
+            held = place[index]
+            for layer, (k, v) in enumerate(zip(keys, values)):
+                new_k = k.new_zeros((len(last.rows), k.shape[1], width, k.shape[3]))
+                new_v = v.new_zeros((len(last.rows), v.shape[1], width, v.shape[3]))
+                new_k[held], new_v[held] = k, v
+                last.keys[layer] = torch.cat([last.keys[layer], new_k], dim=2)
+                last.values[layer] = torch.cat([last.values[layer], new_v], dim=2)
+        else:
+            keys, values = [k.clone() for k in keys], [v.clone() for v in values]  # part's buffer is freed after
+            self.sides.append(SideBlock(index.clone(), self.total_columns, keys, values))
+        self.total_columns += width
 
 
 def merged_weight(module: Any, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -251,17 +321,28 @@ class PackedLlama:
         ``positions`` appended as the last ``width`` columns of ``mask`` (rows, columns; 1 = real;
         a shared prefix's columns first)."""
         rows, width = ids.shape
-        shared = self.shared_length
-        start = mask.shape[1] - width - shared  # in the per-row cache
+        shared, cache = self.shared_length, self.cache
+        per_row = mask[:, shared:].bool()  # the per-row columns, in the mask's order
+        if per_row.shape[1] - width != cache.total_columns:
+            earlier = per_row.shape[1] - width
+            raise ValueError(f"the mask has {earlier} earlier per-row columns, the cache {cache.total_columns}")
+        start = cache.columns  # where the new columns go in the main block
+        cache.add_main_columns(width)
         x = F.embedding(ids, self.embed)
         cos, sin = self.rotary(x, positions)  # (rows, width, head_dim)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        keep = mask.bool()
-        if width == 1:  # an additive mask on the per-row columns (the shared ones are all real)
-            bias = torch.zeros(rows, mask.shape[1] - shared, dtype=x.dtype).masked_fill_(~keep[:, shared:], float("-inf"))
-            bias = bias[:, None, None, :]
-        else:  # causal among the new columns, holes masked everywhere
-            causal = torch.ones(width, mask.shape[1], dtype=torch.bool).tril(diagonal=shared + start)
+        main_keep, side_keep = cache.main_mask(per_row), cache.side_masks(per_row)
+        if width == 1:  # additive masks on the per-row columns (the shared ones are all real)
+            bias, *side_bias = [
+                torch.zeros(kept.shape, dtype=x.dtype).masked_fill_(~kept, float("-inf"))[:, None, None, :]
+                for kept in [main_keep, *side_keep]
+            ]
+        else:  # causal among the new columns (the main block's last), holes masked everywhere
+            columns = [torch.ones(rows, shared, dtype=torch.bool)] if shared else []
+            for side, kept in zip(cache.sides, side_keep):  # every row, zeros (masked) where the block has none
+                columns.append(kept.new_zeros((rows, side.width)).index_copy_(0, side.rows, kept))
+            keep = torch.cat([*columns, main_keep], dim=1)
+            causal = torch.ones(width, keep.shape[1], dtype=torch.bool).tril(diagonal=keep.shape[1] - width)
             allowed = (keep[:, None, :] & causal[None])[:, None]  # (rows, 1, width, columns)
         q_size, kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
         group, scale = self.heads // self.kv_heads, self.head_dim**-0.5
@@ -272,17 +353,24 @@ class PackedLlama:
             qk = _rotate(projected[..., : q_size + kv_size].view(rows, width, -1, self.head_dim).transpose(1, 2), cos, sin)
             q, k = qk[:, : self.heads], qk[:, self.heads :]
             v = projected[..., q_size + kv_size :].view(rows, width, self.kv_heads, self.head_dim).transpose(1, 2)
-            keys, values = self.cache.append(index, k, v, start)
+            keys, values = cache.append(index, k, v, start)
             if width == 1:
                 attended = self._attend_one(
-                    q.view(rows, self.kv_heads, group, self.head_dim), keys, values, bias, index, scale
+                    q.view(rows, self.kv_heads, group, self.head_dim), keys, values, bias, side_bias, index, scale
                 )
                 attended = attended.reshape(rows, 1, q_size)
             else:
+                before_k, before_v = [], []
                 if shared:
                     shared_keys, shared_values = self.shared.layer(index, shared)
-                    keys = torch.cat([shared_keys.expand(rows, -1, -1, -1), keys], dim=2)
-                    values = torch.cat([shared_values.expand(rows, -1, -1, -1), values], dim=2)
+                    before_k.append(shared_keys.expand(rows, -1, -1, -1))
+                    before_v.append(shared_values.expand(rows, -1, -1, -1))
+                for side in cache.sides:  # every row, zeros where the block has none (masked above)
+                    side_k, side_v = side.keys[index], side.values[index]
+                    before_k.append(side_k.new_zeros((rows, *side_k.shape[1:])).index_copy_(0, side.rows, side_k))
+                    before_v.append(side_v.new_zeros((rows, *side_v.shape[1:])).index_copy_(0, side.rows, side_v))
+                if before_k:
+                    keys, values = torch.cat([*before_k, keys], dim=2), torch.cat([*before_v, values], dim=2)
                 attended = F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed, enable_gqa=True)
                 attended = attended.transpose(1, 2).reshape(rows, width, q_size)
             x = x + out(attended.reshape(rows * width, -1)).view(rows, width, -1)
@@ -292,23 +380,42 @@ class PackedLlama:
         return self._norm(x, self.final_norm)
 
     def _attend_one(
-        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor, layer: int, scale: float
+        self,
+        q: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        bias: torch.Tensor,
+        side_bias: list[torch.Tensor],
+        layer: int,
+        scale: float,
     ) -> torch.Tensor:
-        """One query per row, grouped (rows, kv heads, group, head dim), over the shared prefix
-        (one copy for all rows) and the row's own columns; one softmax over both."""
-        scores = (q @ keys.transpose(2, 3)) * scale + bias  # (rows, kv, group, own columns)
-        if not self.shared_length:
-            return scores.softmax(dim=-1) @ values
+        """One query per row, grouped (rows, kv heads, group, head dim), over the shared prefix (one
+        copy for all rows), the side blocks (their rows only) and the row's main columns; one
+        softmax over all of them."""
         rows, kv_heads, group, dim = q.shape
-        shared_keys, shared_values = self.shared.layer(layer, self.shared_length)  # (1, kv, shared, d)
-        by_head = q.permute(1, 0, 2, 3).reshape(kv_heads, rows * group, dim)
-        shared_scores = (by_head @ shared_keys[0].transpose(1, 2)) * scale  # (kv, rows * group, shared)
-        shared_scores = shared_scores.view(kv_heads, rows, group, -1).permute(1, 0, 2, 3)
-        weights = torch.cat([shared_scores, scores], dim=-1).softmax(dim=-1)
-        shared_weights, own_weights = weights.split([self.shared_length, scores.shape[-1]], dim=-1)
-        from_shared = shared_weights.permute(1, 0, 2, 3).reshape(kv_heads, rows * group, -1) @ shared_values[0]
-        from_shared = from_shared.view(kv_heads, rows, group, dim).permute(1, 0, 2, 3)
-        return from_shared + own_weights @ values
+        scores = (q @ keys.transpose(2, 3)) * scale + bias  # (rows, kv, group, main columns)
+        if not self.shared_length and not self.cache.sides:
+            return scores.softmax(dim=-1) @ values
+        parts = []
+        if self.shared_length:
+            shared_keys, shared_values = self.shared.layer(layer, self.shared_length)  # (1, kv, shared, d)
+            by_head = q.permute(1, 0, 2, 3).reshape(kv_heads, rows * group, dim)
+            shared_scores = (by_head @ shared_keys[0].transpose(1, 2)) * scale  # (kv, rows * group, shared)
+            parts.append(shared_scores.view(kv_heads, rows, group, -1).permute(1, 0, 2, 3))
+        for side, side_b in zip(self.cache.sides, side_bias):  # -inf for the rows the block does not hold
+            side_scores = (q[side.rows] @ side.keys[layer].transpose(2, 3)) * scale + side_b
+            every_row = side_scores.new_full((rows, kv_heads, group, side.width), float("-inf"))
+            parts.append(every_row.index_copy_(0, side.rows, side_scores))
+        weights = torch.cat([*parts, scores], dim=-1).softmax(dim=-1)
+        split = weights.split([p.shape[-1] for p in parts] + [scores.shape[-1]], dim=-1)
+        attended = split[-1] @ values
+        blocks = list(split[:-1])
+        if self.shared_length:
+            shared_weights = blocks.pop(0).permute(1, 0, 2, 3).reshape(kv_heads, rows * group, -1)
+            attended = attended + (shared_weights @ shared_values[0]).view(kv_heads, rows, group, dim).permute(1, 0, 2, 3)
+        for side, side_weights in zip(self.cache.sides, blocks):
+            attended = attended.index_add(0, side.rows, side_weights[side.rows] @ side.values[layer])
+        return attended
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The head's logits for hidden states (rows, hidden)."""

@@ -20,8 +20,9 @@ padded query with real keys before it, so no softmax row is fully masked. Rows w
 episodes have finished are dropped from the cache; a first chunk that every row starts with (the
 system prompt and tool schemas; a whole group's first prompt) is prefilled once. Where a few rows'
 new tokens run far past the others' (a long tool output), every row is fed up to a cut and the
-longer rows' tails are fed on their own (the other rows get masked columns), so one long output
-costs its own tokens, not that many for every row.
+longer rows' tails are fed on their own, so one long output costs its own tokens, not that many
+for every row; the packed decoder also keeps those tails' keys and values for their rows alone (a
+side block), so the cache of every other row does not widen by them.
 
 **Engine.** For a float32 Llama on the CPU (SmolLM2 and other Llama checkpoints) the forward
 passes run through :class:`~cleanrl_style.llm.decoder.PackedLlama`: the same arithmetic with its
@@ -269,7 +270,8 @@ class TurnGenerator:
         measured by ``benchmarks/uneven_prefill.py``, in benchmarks/README.md). So all rows are
         fed up to a cut, chosen to minimise the tokens computed, and the tails past it are fed for
         their rows only (see :meth:`_append_rows`), in blocks of at most ``TAIL_BLOCK`` columns; the
-        other rows get masked columns, computed by no forward."""
+        other rows get masked columns, computed by no forward (and, in the packed decoder, held
+        in no memory)."""
         lengths = [len(c) for c in chunks]
         width, rows = max(lengths), len(chunks)
         cost, cut = min((rows * c + sum(n > c for n in lengths) * (width - c), c) for c in set(lengths))
@@ -323,9 +325,11 @@ class TurnGenerator:
         return self.packed is not None or hasattr(self.cache, "layers")
 
     def _append_rows(self, fed: Sequence[int], chunks: Sequence[Sequence[int]]) -> torch.Tensor:
-        """Feed the chunks of rows ``fed`` only; every other row gets the same columns masked (their
-        keys and values zero). The forward runs on a copy of those rows' cache, whose new columns are
-        then written into the whole cache. Logits at each fed row's last token."""
+        """Feed the chunks of rows ``fed`` only; every other row gets the same columns masked. The
+        forward runs on a copy of those rows' cache, whose new columns are then added to the whole
+        cache: in the packed decoder as a side block of those rows alone (``KVBuffer.append_rows``),
+        in a transformers cache as columns of every row, zero in the others. Logits at each fed
+        row's last token."""
         ids, mask, last = self._chunk(chunks)
         index = torch.tensor(list(fed), device=self.device)
         rows, width = len(self.rows), ids.shape[1]
