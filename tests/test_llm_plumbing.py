@@ -872,6 +872,13 @@ def test_a_packed_linear_gives_the_plain_product_for_any_row_count(rows):
     x = torch.randn(rows, 40, generator=torch.Generator().manual_seed(rows))
     torch.testing.assert_close(PackedLinear(weight, 8)(x), x @ weight.T, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(PackedLinear(weight, 8)(x.view(1, rows, 40)), (x @ weight.T).view(1, rows, 48))
+    # Stacked from parts, the packed product keeps no stacked copy and the others run over the parts.
+    parts = list(weight.split([24, 16, 8]))
+    stacked = PackedLinear(torch.cat(parts), 8, parts)
+    torch.testing.assert_close(stacked(x), x @ weight.T, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(stacked(x.view(1, rows, 40)), (x @ weight.T).view(1, rows, 48), atol=1e-5, rtol=1e-5)
+    if stacked.packed is not None:
+        assert stacked.weight.shape == weight.shape and stacked.weight.stride() == (0, 0)
 
 
 def test_weights_are_packed_where_mkl_can_pack_them():
