@@ -109,7 +109,7 @@ class SideBlock:
     def restricted(self, index: torch.Tensor, buffer_rows: int) -> SideBlock | None:
         """The block for a buffer whose rows become ``index`` (of ``buffer_rows``): its rows that
         ``index`` keeps, in their new places; None when it keeps none."""
-        place = torch.full((buffer_rows,), -1, dtype=torch.long)  # on the CPU, as the packed decoder
+        place = torch.full((buffer_rows,), -1)  # int64, on the CPU as the packed decoder
         place[self.rows] = torch.arange(len(self.rows))
         held = place[index]
         new_rows = (held >= 0).nonzero().flatten()
@@ -201,7 +201,7 @@ class KVBuffer:
         values = [v[:, :, start : part.columns] for v in part.values if v is not None]
         last = self.sides[-1] if self.sides else None
         if last is not None and last.start + last.width == self.total_columns and bool(torch.isin(index, last.rows).all()):
-            place = torch.full((self.filled_rows(),), -1, dtype=torch.long)
+            place = torch.full((self.filled_rows(),), -1)
             place[last.rows] = torch.arange(len(last.rows))
             held = place[index]
             for layer, (k, v) in enumerate(zip(keys, values)):
