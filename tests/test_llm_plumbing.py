@@ -889,6 +889,32 @@ def test_weights_are_packed_where_mkl_can_pack_them():
     assert PackedLinear(weight.double(), 8).packed is None  # only float32 weights are packed
 
 
+def test_the_packed_decoder_keeps_no_stacked_copy_of_plain_weights(tiny):
+    """Without adapters the stacked query-key-value and gate-up matrices are freed once packed (the
+    prefill's products run over the layers' own weights); a LoRA layer's merged weights are new
+    tensors, so those keep their stack. Where MKL cannot pack, every product runs over the stack."""
+    import copy
+
+    from cleanrl_style.llm.decoder import PackedLlama
+    from cleanrl_style.llm.model import add_lora
+
+    layer = tiny.model.layers[0]
+    _, qkv, _, _, gate_up, _ = PackedLlama(tiny, rows=2).layers[0]
+    if qkv.packed is None:
+        assert qkv.parts is None and gate_up.parts is None
+        return
+    assert [p.data_ptr() for p in qkv.parts] == [
+        m.weight.data_ptr() for m in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj)
+    ]
+    assert [p.data_ptr() for p in gate_up.parts] == [
+        layer.mlp.gate_proj.weight.data_ptr(),
+        layer.mlp.up_proj.weight.data_ptr(),
+    ]
+    assert qkv.weight.stride() == (0, 0) and gate_up.weight.stride() == (0, 0)
+    _, qkv, _, _, gate_up, _ = PackedLlama(add_lora(copy.deepcopy(tiny), rank=2, alpha=4.0), rows=2).layers[0]
+    assert qkv.parts is None and gate_up.parts is None and qkv.weight.stride() == (qkv.weight.shape[1], 1)
+
+
 def test_the_packed_decoder_covers_only_the_models_it_reproduces(tokenizer, tiny):
     """A float32 Llama on the CPU is packed, under plain LoRA adapters too; a bf16 copy, attention
     biases, scaled rotary positions, DoRA, other adapters (IA3), trained embedding rows or a trained
@@ -1158,6 +1184,11 @@ def test_columns_of_some_rows_only_are_kept_for_those_rows_and_follow_them_when_
     assert whole.sides[0].rows.tolist() == [0]
     torch.testing.assert_close(whole.sides[0].keys[0], expected[1:], rtol=0, atol=0)
     assert whole.rows(torch.tensor([1, 2])).sides == []  # neither row holds the block
+    part = whole.rows(torch.tensor([2, 0]))  # the block's only row, now second
+    (kept,) = part.sides
+    assert kept.rows.tolist() == [1] and kept.start == 3 and kept.width == 4
+    torch.testing.assert_close(kept.keys[0], expected[1:], rtol=0, atol=0)
+    torch.testing.assert_close(kept.values[0], -expected[1:], rtol=0, atol=0)
     whole.select(torch.tensor([1]))
     assert whole.sides == [] and whole.total_columns == 8  # its columns stay in the mask's order, held by none
 

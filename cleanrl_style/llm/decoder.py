@@ -13,7 +13,9 @@ checkpoints) without transformers' generic machinery:
   rows are padded up to it). On a 2-core Intel Xeon (AVX-512, 2026-12-02, torch 2.13.0+cpu, one
   thread) 8 rows against 1,536 x 576 weights ran at 6.6 GB/s of weights read packed, against 4.3
   GB/s with the plain ``linear``. Without MKL (or for more rows) the plain ``linear`` is used: the
-  same products.
+  same products. Without LoRA adapters the fused matrices live only while they are packed:
+  products for more rows than packed (a prefill) run over each layer's own weights, one product
+  per projection.
 - **The shared prefix read once.** The first chunk every row starts with (system prompt and tool
   schemas) is fed once as one row and kept apart (:meth:`PackedLlama.share_prefix`); each decoding
   step reads its keys and values once for all rows, under one softmax with the row's own columns,
