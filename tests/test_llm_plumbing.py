@@ -895,6 +895,8 @@ def test_the_packed_decoder_keeps_no_stacked_copy_of_plain_weights(tiny):
     tensors, so those keep their stack. Where MKL cannot pack, every product runs over the stack."""
     import copy
 
+    from peft import LoraConfig, get_peft_model
+
     from cleanrl_style.llm.decoder import PackedLlama
     from cleanrl_style.llm.model import add_lora
 
@@ -913,6 +915,10 @@ def test_the_packed_decoder_keeps_no_stacked_copy_of_plain_weights(tiny):
     assert qkv.weight.stride() == (0, 0) and gate_up.weight.stride() == (0, 0)
     _, qkv, _, _, gate_up, _ = PackedLlama(add_lora(copy.deepcopy(tiny), rank=2, alpha=4.0), rows=2).layers[0]
     assert qkv.parts is None and gate_up.parts is None and qkv.weight.stride() == (qkv.weight.shape[1], 1)
+    # Adapters on the query and value only: that stack keeps its merged copy, the plain gate-up does not.
+    some = get_peft_model(copy.deepcopy(tiny), LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
+    _, qkv, _, _, gate_up, _ = PackedLlama(some, rows=2).layers[0]
+    assert qkv.parts is None and gate_up.parts is not None
 
 
 def test_the_packed_decoder_covers_only_the_models_it_reproduces(tokenizer, tiny):
