@@ -54,6 +54,7 @@ from cleanrl_style.llm.tokens import TokenLoss
 from cleanrl_style.llm.train import (
     build_policy,
     finish,
+    generation_logprobs,
     iteration_seed,
     policy_update,
     release_training_state,
@@ -171,6 +172,7 @@ if __name__ == "__main__":
             temperature=args.temperature,
             precision=args.precision,
             progress=progress,
+            sampling_logp=generation_logprobs(rollouts, settings),
         )
 
         # ---- logging, evaluation, checkpoints ----------------------------------------------------

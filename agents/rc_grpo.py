@@ -92,6 +92,7 @@ from cleanrl_style.llm.train import (
     HELD_OUT_FILE,
     build_policy,
     finish,
+    generation_logprobs,
     iteration_seed,
     policy_update,
     release_training_state,
@@ -518,6 +519,7 @@ def run_rc_grpo(args: Args, run: Run) -> None:
             temperature=args.temperature,
             precision=args.precision,
             progress=progress,
+            sampling_logp=generation_logprobs(rollouts, settings),
         )
 
         high = [r.reward for r, t in zip(rollouts, tokens) if t == HIGH_REWARD]

@@ -64,6 +64,7 @@ from cleanrl_style.llm.tokens import TokenLoss, batched_logprobs
 from cleanrl_style.llm.train import (
     build_policy,
     finish,
+    generation_logprobs,
     iteration_seed,
     policy_update,
     reference_logprobs,
@@ -342,11 +343,15 @@ def group_advantages(rewards: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def clipped_token_loss(clip_coef: float, kl_coef: float) -> TokenLoss:
-    """The clipped surrogate on per-token (per-turn) advantages, plus an optional KL estimate."""
+    """The clipped surrogate on per-token (per-turn) advantages, plus an optional KL estimate.
+
+    ``old_logp`` (the generation-time log-probs at bf16 generation) is the sampling policy's; absent,
+    this step's own log-probs detached: one step per batch, the ratio is 1 and its gradient the
+    policy gradient."""
 
     def loss(logp: torch.Tensor, extras: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         advantages = extras["advantages"]
-        log_ratio = logp - logp.detach()  # one step per batch: the ratio is 1, its gradient the policy gradient
+        log_ratio = logp - extras.get("old_logp", logp.detach())
         ratio = log_ratio.exp()
         per_token = -torch.min(ratio * advantages, ratio.clamp(1 - clip_coef, 1 + clip_coef) * advantages)
         stats = {"clipfrac": ((ratio - 1).abs() > clip_coef).float(), "approx_kl": (ratio - 1) - log_ratio}
@@ -412,6 +417,7 @@ if __name__ == "__main__":
             temperature=args.temperature,
             precision=args.precision,
             progress=progress,
+            sampling_logp=generation_logprobs(rollouts, settings),
         )
 
         metrics = (

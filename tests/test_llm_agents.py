@@ -90,6 +90,9 @@ def test_agent_runs_on_each_env_family(agent, env, precision, flags, tiny_model_
     assert progress_steps(run_dir, "charts/test_success_rate") == [1]
     assert all(math.isfinite(v) for v in progress_values(run_dir, "losses/policy_loss"))
     assert progress_values(run_dir, "charts/generated_tokens")[0] > 0
+    # bf16 generation puts each sampled token's generation-time log-prob in the loss's ratio (r != 1);
+    # at fp32 generation the ratio of the one optimizer step is exactly 1.
+    assert (progress_values(run_dir, "losses/approx_kl")[0] > 0) == (precision == "bf16")
     # The process's peak RSS at the iteration and again after the final evaluation (never lower).
     rss = progress_values(run_dir, "memory/peak_rss_gib")
     assert progress_steps(run_dir, "memory/peak_rss_gib") == [1, 1] and 0.1 < rss[0] <= rss[1] < 100

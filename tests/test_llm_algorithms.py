@@ -103,7 +103,7 @@ def test_zero_variance_fraction_counts_groups_with_equal_rewards():
     assert group_reward_statistics(torch.tensor([[1.0, 0.0], [1.0, 1.0]]))["charts/group_reward_std"] == pytest.approx(0.25)
 
 
-@pytest.mark.parametrize("agent", [grpo, rc_grpo])
+@pytest.mark.parametrize("agent", [grpo, rc_grpo, turnsight])  # TurnSight's old_logp: bf16 generation's log-probs
 def test_clipped_loss_clips_the_ratio_and_kl_vanishes_at_the_reference(agent):
     logp = torch.log(torch.tensor([[0.5, 0.5, 0.5]]))
     old = torch.log(torch.tensor([[0.25, 0.5, 1.0]]))  # ratios 2, 1, 0.5
@@ -120,7 +120,7 @@ def test_clipped_loss_clips_the_ratio_and_kl_vanishes_at_the_reference(agent):
     torch.testing.assert_close(loss, 0.1 * stats["kl"])  # zero advantage: only the KL term
 
 
-@pytest.mark.parametrize("agent", [grpo, rc_grpo])
+@pytest.mark.parametrize("agent", [grpo, rc_grpo, turnsight])
 def test_a_ratio_exactly_at_the_clip_edge_is_not_counted_as_clipped(agent):
     logp, old = torch.tensor([[0.3, 0.9]]).log(), torch.tensor([[0.25, 0.25]]).log()
     edge = ((logp - old).exp() - 1).abs()[0, 0].item()  # the float32 |ratio - 1| the loss computes

@@ -41,9 +41,10 @@ class LLMRunArgs(BaseRunArgs):
     precision: Literal["fp32", "bf16"] = "fp32"
     """fp32, or bf16: autocast (bf16 matmuls) with float32 master weights and optimizer state"""
     generation_precision: Literal["auto", "fp32", "bf16"] = "auto"
-    """precision of rollout generation: auto (the same as --precision, so the loss scores the
-    distribution the tokens were drawn from), fp32 or bf16 (with fp32 training: inexact, the
-    sampled tokens' log-probabilities differ from the loss's and nothing corrects it)"""
+    """precision of rollout generation: auto (the same as --precision), fp32, or bf16 (bfloat16
+    weight products: half the bytes a decoding step reads; the loss's ratio divides by each
+    sampled token's generation-time probability, which corrects the difference from the policy
+    trained)"""
     generation_batch_size: int = 32
     """episodes generated at once, in training (whole groups) and in evaluation: their key/value
     caches are resident together (about 46 KB a token for SmolLM2 in float32), so this bounds the

@@ -63,26 +63,54 @@ def _mkl_packing_available() -> bool:
     return bool(getattr(torch._C, "has_mkl", False)) and hasattr(torch.ops.mkl, "_mkl_reorder_linear_weight")
 
 
+def _bf16_packing_available() -> bool:
+    """oneDNN runs bf16 products on this CPU (it needs AVX-512; AVX-512 BF16 and AMX make them fast)."""
+    return torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 class PackedLinear:
     """``x @ weight.T`` with the weight packed by MKL for ``rows`` rows (padded up to them).
 
     ``parts``: when ``weight`` stacks other tensors along its output rows (query, key and value of
     a layer), those tensors. Once packed, the product for more rows than packed (a prefill) runs
     over them, one product each, so the stacked copy is not kept: the packed product reads only
-    its shape. SmolLM2's stacked query-key-value and gate-up matrices are 0.28 GB in float32."""
+    its shape. SmolLM2's stacked query-key-value and gate-up matrices are 0.28 GB in float32.
 
-    def __init__(self, weight: torch.Tensor, rows: int, parts: Sequence[torch.Tensor] | None = None) -> None:
+    ``products="bf16"``: a bfloat16 copy of the weight (packed by oneDNN for ``rows`` rows where
+    it supports bf16, else plain) multiplies the input rounded to bfloat16, for any row count;
+    the float32 weight and ``parts`` are not kept. oneDNN accumulates in float32 and rounds the
+    output to bfloat16, returned as float32: half the weight bytes a decoding step reads, and a
+    different policy from the float32 one, which the loss corrects with the sampled tokens' own
+    log-probabilities (``train.generation_logprobs``)."""
+
+    def __init__(
+        self, weight: torch.Tensor, rows: int, parts: Sequence[torch.Tensor] | None = None, products: str = "fp32"
+    ) -> None:
+        if products not in ("fp32", "bf16"):
+            raise ValueError(f"products must be fp32 or bf16, got {products!r}")
         self.weight = weight
         self.rows = rows
         self.packed = None
         self.parts: list[torch.Tensor] | None = None
-        if weight.dtype == torch.float32 and weight.device.type == "cpu" and _mkl_packing_available():
+        self.bf16: torch.Tensor | None = None
+        self.bf16_packed = False
+        if products == "bf16":
+            self.bf16_packed = _bf16_packing_available()
+            low = weight.to(torch.bfloat16)
+            self.bf16 = torch.ops.mkldnn._reorder_linear_weight(low, rows) if self.bf16_packed else low
+            self.weight = weight.new_zeros(()).expand(weight.shape)  # its shape, no storage
+        elif weight.dtype == torch.float32 and weight.device.type == "cpu" and _mkl_packing_available():
             self.packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, rows)
             if parts is not None:
                 self.parts = list(parts)
                 self.weight = weight.new_zeros(()).expand(weight.shape)  # its shape, no storage
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.bf16 is not None:
+            low = x.to(torch.bfloat16)
+            if self.bf16_packed:
+                return torch.ops.mkldnn._linear_pointwise(low, self.bf16, None, "none", [], "").float()
+            return F.linear(low, self.bf16).float()
         if self.packed is None or x.dim() != 2 or x.shape[0] > self.rows:
             if self.parts is not None:
                 return torch.cat([F.linear(x, part) for part in self.parts], dim=-1)
@@ -247,12 +275,12 @@ def fused_weight(modules: Sequence[Any]) -> torch.Tensor:
     return out
 
 
-def _stacked(modules: Sequence[Any], rows: int) -> PackedLinear:
+def _stacked(modules: Sequence[Any], rows: int, products: str = "fp32") -> PackedLinear:
     """One packed product for ``modules``' merged weights stacked (:func:`fused_weight`); without
     adapters the modules' own weights are the parts its prefill products run over, so the stacked
     copy lives only while it is packed (a LoRA layer's merged weight is a new tensor either way)."""
     parts = None if any(hasattr(m, "base_layer") for m in modules) else [m.weight for m in modules]
-    return PackedLinear(fused_weight(modules), rows, parts)
+    return PackedLinear(fused_weight(modules), rows, parts, products)
 
 
 def _adapters_are_plain_lora(model: Any) -> bool:
@@ -271,9 +299,10 @@ def _adapters_are_plain_lora(model: Any) -> bool:
     return True
 
 
-def packed_llama_for(model: Any, rows: int) -> PackedLlama | None:
-    """A :class:`PackedLlama` over ``model`` (a transformers model, or a plain LoRA wrapper of one),
-    or None where the model is not a float32 Llama on the CPU that this module reproduces exactly."""
+def packed_llama_for(model: Any, rows: int, products: str = "fp32") -> PackedLlama | None:
+    """A :class:`PackedLlama` over ``model`` (a transformers model, or a plain LoRA wrapper of one)
+    with ``products`` (fp32 or bf16) weight products, or None where the model is not a float32
+    Llama on the CPU that this module reproduces exactly."""
     config = model.config
     if config.model_type != "llama" or (hasattr(model, "peft_config") and not _adapters_are_plain_lora(model)):
         return None
@@ -286,7 +315,7 @@ def packed_llama_for(model: Any, rows: int) -> PackedLlama | None:
         return None
     if config.attention_bias or config.mlp_bias or config.hidden_act != "silu" or config.pretraining_tp != 1:
         return None
-    return PackedLlama(model, rows)
+    return PackedLlama(model, rows, products)
 
 
 class PackedLlama:
@@ -296,9 +325,12 @@ class PackedLlama:
         model: The model (or a plain LoRA wrapper of one: :func:`merged_weight`); its weights are
             read (and packed) now.
         rows: The batch's row count the weights are packed for.
+        products: ``fp32`` (the model's arithmetic), or ``bf16``: every weight product (projections
+            and head) in bfloat16 (:class:`PackedLinear`), the rest (norms, rotations, attention,
+            residuals, the cache) in float32.
     """
 
-    def __init__(self, model: Any, rows: int) -> None:
+    def __init__(self, model: Any, rows: int, products: str = "fp32") -> None:
         config = model.config
         base = model.get_decoder()
         self.heads = config.num_attention_heads
@@ -315,15 +347,15 @@ class PackedLlama:
             self.layers = [
                 (
                     layer.input_layernorm.weight,
-                    _stacked([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj], rows),
-                    PackedLinear(merged_weight(layer.self_attn.o_proj), rows),
+                    _stacked([layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj], rows, products),
+                    PackedLinear(merged_weight(layer.self_attn.o_proj), rows, products=products),
                     layer.post_attention_layernorm.weight,
-                    _stacked([layer.mlp.gate_proj, layer.mlp.up_proj], rows),
-                    PackedLinear(merged_weight(layer.mlp.down_proj), rows),
+                    _stacked([layer.mlp.gate_proj, layer.mlp.up_proj], rows, products),
+                    PackedLinear(merged_weight(layer.mlp.down_proj), rows, products=products),
                 )
                 for layer in base.layers
             ]
-            self.head = PackedLinear(model.get_output_embeddings().weight, rows)
+            self.head = PackedLinear(model.get_output_embeddings().weight, rows, products=products)
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, weight.shape, weight, self.eps)  # one fused op: x / sqrt(mean(x^2) + eps) * weight

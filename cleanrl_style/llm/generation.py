@@ -27,8 +27,10 @@ side block), so the cache of every other row does not widen by them.
 **Engine.** For a float32 Llama on the CPU (SmolLM2 and other Llama checkpoints) the forward
 passes run through :class:`~cleanrl_style.llm.decoder.PackedLlama`: the same arithmetic with its
 own key/value buffer, weights packed for the batch, and the shared first chunk kept once and read
-once per step by every row instead of copied into each. Every other model (and ``engine=
-"transformers"``) runs the model's own forward with a transformers cache.
+once per step by every row instead of copied into each; at ``bf16`` its weight products run in
+bfloat16 (half the bytes a decoding step reads) and the rest in float32. Every other model (and
+``engine="transformers"``) runs the model's own forward with a transformers cache (under
+autocast at ``bf16``).
 
 **Sampling.** The logits of each row's last token are divided by the temperature, filtered by
 top-k and top-p, and sampled with a seeded ``torch.Generator`` (greedy: argmax). Nothing else is
@@ -36,8 +38,9 @@ applied: the model's ``generation_config`` (repetition penalty, no-repeat n-gram
 temperature or top-k) is never read, so with ``top_p=1`` and ``top_k=0`` rollouts are drawn from
 exactly ``softmax(logits / temperature)``, the distribution the policy loss scores. Each sampled
 token's log-probability under that distribution is kept (``TurnGenerator.sampled_logprobs``): at
-the training precision it equals what the loss computes from the whole sequence (a test checks
-this to 1e-4 nats), and it shows how far another generation precision lands from it.
+fp32 it equals what the loss computes from the whole sequence (a test checks this to 1e-4 nats);
+at bf16 it differs, and the loss takes it as the sampling policy's log-probability in its ratio
+(``train.generation_logprobs``).
 """
 
 from __future__ import annotations
@@ -195,12 +198,13 @@ class TurnGenerator:
         sampling: How tokens are drawn.
         keep_cache: False re-reads every conversation from its start at each call (with the shared
             first chunk still prefilled once): the baseline the cache is measured against.
-        precision: ``fp32`` or ``bf16`` (autocast) for the forward passes.
+        precision: ``fp32``, or ``bf16``: bfloat16 weight products (the packed decoder's, or
+            autocast in the transformers forward).
         seed: Seed of the sampling generator.
-        engine: ``auto`` runs the forward passes of a float32 Llama on the CPU at ``fp32`` through
-            :class:`~cleanrl_style.llm.decoder.PackedLlama` (the same arithmetic, weights packed
-            once per fresh cache) and every other model through transformers; ``transformers``
-            always through transformers.
+        engine: ``auto`` runs the forward passes of a float32 Llama on the CPU through
+            :class:`~cleanrl_style.llm.decoder.PackedLlama` (at ``fp32`` the same arithmetic,
+            weights packed once per fresh cache; at ``bf16`` its products in bfloat16) and every
+            other model through transformers; ``transformers`` always through transformers.
     """
 
     def __init__(
@@ -382,8 +386,8 @@ class TurnGenerator:
         self.rows = list(episodes)
         self.cache = new_cache()
         self.packed = None
-        if self.engine == "auto" and self.precision == "fp32":
-            self.packed = packed_llama_for(self.model, len(tokens))
+        if self.engine == "auto":
+            self.packed = packed_llama_for(self.model, len(tokens), products=self.precision)
         shared = shared_prefix_length(tokens) if len(tokens) > 1 else 0
         if shared >= MIN_SHARED_PREFIX:
             self.mask = torch.ones((1, shared), dtype=torch.long, device=self.device)

@@ -176,13 +176,15 @@ def autocast(precision: str, device: str | Any) -> Any:
 
 
 def generation_precision(choice: str, training_precision: str) -> str:
-    """The precision of rollout generation: ``auto`` is the training precision, so the tokens are
-    drawn from the distribution the loss scores; ``fp32``/``bf16`` force one.
+    """The precision of rollout generation: ``auto`` is the training precision; ``fp32``/``bf16``
+    force one.
 
-    With one optimizer step per batch the loss takes its ratio to the sampling policy as 1, so
-    generating at another precision than training samples from a slightly different policy than
-    the one scored, and nothing corrects it: with SmolLM2-135M-Instruct, bf16 generation's token
-    log-probabilities differ from fp32 scoring's by about 0.03 nats on average and 0.15 at most."""
+    At ``fp32`` the sampled tokens' log-probabilities equal the loss's own, and with one optimizer
+    step per batch the loss's ratio is 1. ``bf16`` generation samples from a slightly different
+    policy (with SmolLM2-135M-Instruct, token log-probabilities about 0.03 nats from fp32
+    scoring's on average, 0.15 at most), so the agents give the loss each token's generation-time
+    log-probability as the sampling policy's (``train.generation_logprobs``): the ratio is then
+    pi_theta / pi_bf16, the importance weight that corrects the difference."""
     if choice == "auto":
         return training_precision
     if choice not in PRECISIONS:

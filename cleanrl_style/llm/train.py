@@ -4,7 +4,8 @@
     setup.policy, setup.tokenizer, setup.reference, setup.optimizer, setup.start_iteration
     ref = reference_logprobs(setup.policy, setup.reference, sequences, masks, pad_id, micro_batch_size=4)
     losses = policy_update(setup, sequences, masks, advantages, loss_fn, kl_coef=0.1, update_epochs=1,
-                           micro_batch_size=4, max_grad_norm=1.0, aggregation="sequence", temperature=1.0, precision="fp32")
+                           micro_batch_size=4, max_grad_norm=1.0, aggregation="sequence", temperature=1.0, precision="fp32",
+                           sampling_logp=generation_logprobs(rollouts, settings))
     save_policy_checkpoint(run, iteration, setup.policy, setup.optimizer)
     export_model(run, setup.policy, setup.tokenizer, step=iteration)    # runs/<run>/model: a folder --model accepts
 
@@ -334,6 +335,20 @@ def rollout_metrics(rollouts: Sequence[Any], rewards: torch.Tensor, timing: dict
     }
 
 
+def generation_logprobs(rollouts: Sequence[Any], settings: RolloutSettings) -> list[torch.Tensor] | None:
+    """The sampling policy's log-probabilities for the loss's ratio, where generation does not
+    reproduce the training forward: at ``bf16`` generation, each token's log-probability when it
+    was sampled (``Rollout.sampling_logprobs``; 0 at tokens the policy did not sample, which the
+    loss never reads). None at ``fp32`` generation, whose log-probabilities equal the loss's own
+    (to 1e-4 nats), so that the ratio is 1 with one optimizer step.
+
+    With them the ratio is pi_theta / pi_bf16 at every token, the importance weight from the
+    policy that drew the token to the one trained, clipped at 1 +- c like any PPO ratio."""
+    if settings.precision == "fp32":
+        return None
+    return [torch.tensor(r.sampling_logprobs, dtype=torch.float32) for r in rollouts]
+
+
 def policy_update(
     setup: PolicySetup,
     sequences: Sequence[Sequence[int]],
@@ -349,13 +364,15 @@ def policy_update(
     temperature: float,
     precision: str,
     progress: WorkProgress | None = None,
+    sampling_logp: Sequence[torch.Tensor] | None = None,
 ) -> dict[str, float]:
     """The token-level optimization of the GRPO family for one batch, as ``losses/*`` metrics.
 
     ``advantages`` holds one (len_i,) tensor per sequence (the algorithm's credit); ``loss_fn`` reads
     them with the reference log-probs (computed when ``kl_coef`` > 0) and the sampling policy's
-    log-probs (computed when ``update_epochs`` > 1: with one epoch the ratio is 1). Then
-    ``update_epochs`` gradient steps; the metrics are the last step's.
+    log-probs ``old_logp``: ``sampling_logp`` when given (the generation-time log-probs of
+    :func:`generation_logprobs`), else computed when ``update_epochs`` > 1 (with one epoch the
+    ratio is 1). Then ``update_epochs`` gradient steps; the metrics are the last step's.
     """
     policy, pad_id = setup.policy, setup.tokenizer.pad_token_id
     per_token: dict[str, Sequence[torch.Tensor]] = {"advantages": advantages}
@@ -364,7 +381,11 @@ def policy_update(
         per_token["ref_logp"] = reference_logprobs(
             policy, setup.reference, sequences, masks, pad_id, micro_batch_size, **common
         )
-    if update_epochs > 1:
+    if sampling_logp is not None:
+        if [len(lp) for lp in sampling_logp] != [len(seq) for seq in sequences]:
+            raise ValueError("sampling_logp needs one log-probability per token of each sequence")
+        per_token["old_logp"] = sampling_logp
+    elif update_epochs > 1:
         per_token["old_logp"] = batched_logprobs(policy, sequences, masks, pad_id, micro_batch_size, **common)
     update: dict[str, float] = {}
     for _ in range(update_epochs):
