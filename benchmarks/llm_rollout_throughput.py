@@ -7,6 +7,7 @@ memory-bandwidth bound and llama.cpp as the anchor; or the per-episode cache aga
     python benchmarks/llm_rollout_throughput.py --mode engines --threads 1 --rounds 4     # packed decoder against transformers
     python benchmarks/llm_rollout_throughput.py --mode prefix --threads 1 --rounds 2      # shared prefix against whole rows
     python benchmarks/llm_rollout_throughput.py --mode batches --groups 8 --generation-batch-size 16 --threads 1 --rounds 4
+    python benchmarks/llm_rollout_throughput.py --mode precisions --threads 1 --rounds 4  # bf16 generation against fp32
     python benchmarks/llm_rollout_throughput.py --device cuda --groups 8 --group-size 8 --max-new-tokens 128
 
 The tasks are ``tools:bank`` tasks with at least ``--turns`` user turns, and episodes are cut after
@@ -70,6 +71,13 @@ a time in whole groups (``RolloutSettings.batch_size``, the agents' flag of that
 and seed, alternating rounds; the batches sample with their own seeds, so the episodes differ.
 Smaller batches hold fewer key/value caches at once and read the weights once for fewer rows.
 
+``--mode precisions``: generation with bf16 weight products (``--generation-precision bf16``, the
+packed decoder at ``bf16``) against fp32, same tasks, seed and sampling, alternating rounds; the
+medians and their ratio, and for each round's rollouts the log-ratio the loss takes at every
+policy token (the fp32 log-probability, ``tokens.batched_logprobs``, minus the generation-time
+one): its mean, mean and largest magnitude, and the share of tokens whose ratio PPO's clip (0.2)
+cuts. Near-ties part the two sides' episodes, so their token counts differ a little.
+
 ``--mode cache``: the per-episode cache (each turn prefills only the tokens that are new since
 the last one) against re-reading every conversation at each turn (``RolloutSettings.keep_cache``
 False; the first chunk that all rows share still prefilled once), same tasks, seed and sampling,
@@ -79,6 +87,7 @@ alternating rounds; the medians and their ratio, with the tokens each side prefi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -89,6 +98,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -486,9 +496,15 @@ def report(args: argparse.Namespace) -> None:
     )
 
 
-def compare(args: argparse.Namespace, contenders: dict[str, RolloutSettings]) -> None:
+def compare(
+    args: argparse.Namespace,
+    contenders: dict[str, RolloutSettings],
+    inspect: Callable[[str, list[Any], Any, Any], str] | None = None,
+) -> None:
     """The same tasks, seed and sampling under each of ``contenders`` (name -> settings), in
-    alternating rounds; each round's rate, then the medians and the ratio of the first to the second."""
+    alternating rounds; each round's rate, then the medians and the ratio of the first to the second.
+    ``inspect(name, rollouts, model, tokenizer)``, when given, adds a line about each round's
+    rollouts (outside the timing)."""
     import transformers
 
     model, tokenizer = load_causal_lm(args.model or None, device=args.device)
@@ -510,11 +526,14 @@ def compare(args: argparse.Namespace, contenders: dict[str, RolloutSettings]) ->
                 f"turns per episode {sorted({len(x.turns) for x in rollouts})}",
                 flush=True,
             )
+            if inspect is not None:
+                print(f"round {r}: {name:>12}: {inspect(name, rollouts, model, tokenizer)}", flush=True)
     first, second = (statistics.median(rates[name]) for name in names)
     ratios = sorted(a / b for a, b in zip(*rates.values()))
     print(
         f"\n{len(ids)} episodes ({args.groups} groups x {args.group_size}), {args.turns} assistant messages of <= "
-        f"{args.max_new_tokens} tokens each, sampling at temperature 1, {args.precision}, device {args.device}"
+        f"{args.max_new_tokens} tokens each, sampling at temperature 1, "
+        f"{'/'.join(sorted({c.precision for c in contenders.values()}))}, device {args.device}"
     )
     print(
         f"conditions: {time.strftime('%Y-%m-%d')}, {cpu_model()}, {os.cpu_count()} cores, {args.threads} torch threads, "
@@ -535,6 +554,30 @@ def compare_cache(args: argparse.Namespace) -> None:
 def compare_engines(args: argparse.Namespace) -> None:
     """The packed Llama decoder (engine auto) against the transformers forward."""
     compare(args, {"packed": settings_of(args, engine="auto"), "transformers": settings_of(args, engine="transformers")})
+
+
+def compare_precisions(args: argparse.Namespace) -> None:
+    """bf16 generation (the packed decoder's bf16 weight products) against fp32, and for each
+    round's rollouts the ratio the loss takes: each policy token's fp32 log-probability (the
+    loss's ``token_logprobs``) minus its generation-time one."""
+    from cleanrl_style.llm.tokens import batched_logprobs
+
+    def ratios(name: str, rollouts: list[Any], model: Any, tokenizer: Any) -> str:
+        scored = batched_logprobs(
+            model, [r.tokens for r in rollouts], [r.policy_mask for r in rollouts], tokenizer.pad_token_id, 4
+        )
+        gaps = torch.cat(
+            [(lp - torch.tensor(r.sampling_logprobs))[torch.tensor(r.policy_mask)] for r, lp in zip(rollouts, scored)]
+        )
+        return (
+            f"log ratio fp32 - generation over {len(gaps)} tokens: mean {gaps.mean():+.4f}, mean |.| "
+            f"{gaps.abs().mean():.4f}, max |.| {gaps.abs().max():.4f}; |ratio - 1| > 0.2 (clipped): "
+            f"{float(((gaps.exp() - 1).abs() > 0.2).float().mean()):.2%}"
+        )
+
+    bf16 = dataclasses.replace(settings_of(args), precision="bf16")
+    fp32 = dataclasses.replace(settings_of(args), precision="fp32")
+    compare(args, {"bf16": bf16, "fp32": fp32}, inspect=ratios)
 
 
 def compare_batches(args: argparse.Namespace) -> None:
@@ -633,7 +676,7 @@ def main() -> None:
     parser.add_argument(
         "--mode",
         default="report",
-        choices=["report", "cache", "engines", "prefix", "batches"],
+        choices=["report", "cache", "engines", "prefix", "batches", "precisions"],
         help="see the module docstring",
     )
     parser.add_argument(
@@ -677,6 +720,7 @@ def main() -> None:
         "engines": compare_engines,
         "prefix": compare_prefix,
         "batches": compare_batches,
+        "precisions": compare_precisions,
     }
     modes[args.mode](args)
 
