@@ -22,8 +22,10 @@ the loss at a policy token t is
 arXiv:1707.06347, and the non-negative unbiased estimator of KL(pi_theta || pi_ref)), averaged over
 each episode's policy tokens, then over episodes. With one optimizer step per batch (the default)
 pi_old is the current policy, so r_t = 1 and the gradient is the plain policy gradient. That holds
-because rollouts are generated at the training precision (``--generation-precision auto``): bf16
-generation with fp32 training samples from a slightly different policy, which r_t = 1 ignores.
+because rollouts are generated at the training precision (``--generation-precision auto``). With
+``--generation-precision bf16`` (bfloat16 weight products, faster decoding) the sampler is a
+slightly different policy: pi_old is then that policy, each token's log-probability recorded when
+it was drawn, and r_t the importance weight from it to the policy trained.
 
 The reward is the environment's binary episode reward. On the tool suites it requires the gold
 calls (name and arguments) as well as the state and response checks, by default for every agent:

@@ -105,7 +105,7 @@ from typing import Any
 import torch
 
 from cleanrl_style.llm.generation import Sampling
-from cleanrl_style.llm.model import default_model_dir, find_gguf, load_causal_lm
+from cleanrl_style.llm.model import default_model_dir, find_gguf, generation_precision, load_causal_lm
 from cleanrl_style.llm.rollout import EpisodeLimits, Rollout, RolloutSettings, collect_in_batches, collect_rollouts
 from envs.text.families import make_task_family
 
@@ -214,7 +214,7 @@ def settings_of(
         sampling,
         limits,
         keep_cache=keep_cache,
-        precision=args.precision,
+        precision=generation_precision(args.generation_precision, args.precision),
         engine=engine or args.engine,
         batch_size=batch_size or args.groups * args.group_size,
     )
@@ -337,7 +337,7 @@ def llama_anchor(gguf: Path, threads: int, replays: list[list[Rollout]]) -> tupl
 def report(args: argparse.Namespace) -> None:
     import transformers
 
-    from cleanrl_style.llm.train import build_policy, policy_update
+    from cleanrl_style.llm.train import build_policy, generation_logprobs, policy_update
 
     load_before = load_average()
     grpo = load_agent("grpo")
@@ -390,6 +390,7 @@ def report(args: argparse.Namespace) -> None:
             aggregation="sequence",
             temperature=1.0,
             precision=args.precision,
+            sampling_logp=generation_logprobs(rollouts, settings),
         )
         seconds = time.perf_counter() - started
         tokens, trained = sum(len(s) for s in sequences), sum(sum(m) for m in masks)
@@ -432,8 +433,9 @@ def report(args: argparse.Namespace) -> None:
     training = statistics.median(rates["training"])
     print(
         f"\n{batch} episodes ({args.groups} groups x {args.group_size}), {args.turns} assistant messages of <= "
-        f"{args.max_new_tokens} tokens each, sampling at temperature 1, {args.precision}, device {args.device}, "
-        f"{args.rounds} round(s); generation engine {args.engine}, activation checkpointing "
+        f"{args.max_new_tokens} tokens each, sampling at temperature 1, training {args.precision}, generation "
+        f"{settings.precision}, device {args.device}, {args.rounds} round(s); generation engine {args.engine}, "
+        "activation checkpointing "
         f"{'on' if args.gradient_checkpointing else 'off'}; "
         f"training state {'parked' if args.park_training_state else 'resident'}; "
         + (f"LoRA rank {args.lora_rank} (alpha 32, every projection)" if args.lora_rank else "every weight trained")
@@ -462,6 +464,11 @@ def report(args: argparse.Namespace) -> None:
         f"             read {reading / 1e9:.1f} GB/s (sum over 256 MB, best of 5) -> at most {read_bound:.1f} steps/s, "
         f"{read_bound * batch:.0f} tokens/s for {batch} (a decoding step only reads the weights)"
     )
+    if settings.precision == "bf16":
+        print(
+            f"             bf16 weight products read {weight_bytes / 2e6:.0f} MB -> at most {2 * read_bound:.1f} steps/s, "
+            f"{2 * read_bound * batch:.0f} tokens/s for {batch} (read bandwidth)"
+        )
     if gguf is not None:
         print(
             f"             the GGUF file ({gguf.name}) is {gguf.stat().st_size / 1e6:.0f} MB -> "
@@ -687,7 +694,13 @@ def main() -> None:
     )
     parser.add_argument("--model", default="", help="model folder (default: offline SmolLM2-135M-Instruct)")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="training precision")
+    parser.add_argument(
+        "--generation-precision",
+        default="auto",
+        choices=["auto", "fp32", "bf16"],
+        help="as the agents' flag (auto: --precision); report: at bf16 the update's ratio takes the generation-time log-probs",
+    )
     parser.add_argument("--groups", type=int, default=2, help="tasks per batch")
     parser.add_argument("--group-size", type=int, default=4, help="rollouts per task")
     parser.add_argument(
