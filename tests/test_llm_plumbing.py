@@ -878,11 +878,17 @@ def test_a_packed_linear_gives_the_plain_product_for_any_row_count(rows):
         assert stacked.weight.shape == weight.shape and stacked.weight.stride() == (0, 0)
 
 
+@pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("rows", [1, 8, 11])
-def test_a_bf16_packed_linear_rounds_the_input_the_weight_and_the_output_to_bf16(rows):
-    """bf16 products for any row count (fewer or more than packed for): input and weight rounded to
-    bfloat16, accumulated in float32, the output rounded to bfloat16 and returned as float32; the
-    float32 weight is not kept."""
+def test_a_bf16_packed_linear_rounds_the_input_the_weight_and_the_output_to_bf16(rows, packed, monkeypatch):
+    """bf16 products for any row count (fewer or more than packed for), packed by oneDNN or (where
+    it cannot, as on a CPU without AVX-512) plain: input and weight rounded to bfloat16, accumulated
+    in float32, the output rounded to bfloat16 and returned as float32; the float32 weight is not kept."""
+    from cleanrl_style.llm import decoder
+
+    if packed and not decoder._bf16_packing_available():
+        pytest.skip("oneDNN runs no bf16 products on this CPU")
+    monkeypatch.setattr(decoder, "_bf16_packing_available", lambda: packed)
     weight = torch.randn(48, 40, generator=torch.Generator().manual_seed(0))
     x = torch.randn(rows, 40, generator=torch.Generator().manual_seed(rows))
     low = PackedLinear(weight, 8, list(weight.split([24, 24])), products="bf16")
@@ -892,6 +898,7 @@ def test_a_bf16_packed_linear_rounds_the_input_the_weight_and_the_output_to_bf16
     torch.testing.assert_close(out, expected, atol=0, rtol=2**-7)  # a neighbour after the last rounding at most
     assert (out - x @ weight.T).abs().max() > 1e-3  # bf16, not the float32 product
     assert low.packed is None and low.parts is None and low.weight.stride() == (0, 0)
+    assert low.bf16 is not None and low.bf16.is_mkldnn == packed
     with pytest.raises(ValueError, match="products must be fp32 or bf16"):
         PackedLinear(weight, 8, products="fp16")
 
