@@ -182,7 +182,7 @@ def generation_precision(choice: str, training_precision: str) -> str:
     At ``fp32`` the sampled tokens' log-probabilities equal the loss's own, and with one optimizer
     step per batch the loss's ratio is 1. ``bf16`` generation samples from a slightly different
     policy (with SmolLM2-135M-Instruct, token log-probabilities about 0.03 nats from fp32
-    scoring's on average, 0.15 at most), so the agents give the loss each token's generation-time
+    scoring's on average, 0.1-0.23 at most), so the agents give the loss each token's generation-time
     log-probability as the sampling policy's (``train.generation_logprobs``): the ratio is then
     pi_theta / pi_bf16, the importance weight that corrects the difference."""
     if choice == "auto":
