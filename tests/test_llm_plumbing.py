@@ -957,19 +957,25 @@ def test_bf16_generation_samples_from_the_bf16_products_it_reports(tokenizer, ti
     assert 0.01 < gap(tiny).mean() < 0.2
 
 
+def ratio_loss(logp, extras):
+    """GRPO's clipped surrogate (clip 0.2) with KL 0.1 to ``ref_logp`` where given."""
+    log_ratio = logp - extras.get("old_logp", logp.detach())
+    ratio = log_ratio.exp()
+    advantages = extras["advantages"]
+    per_token = -torch.min(ratio * advantages, ratio.clamp(0.8, 1.2) * advantages)
+    stats = {"clipfrac": ((ratio - 1).abs() > 0.2).float(), "approx_kl": (ratio - 1) - log_ratio}
+    if "ref_logp" in extras:
+        d = extras["ref_logp"] - logp
+        stats["kl"] = d.exp() - d - 1
+        per_token = per_token + 0.1 * stats["kl"]
+    return per_token, stats
+
+
 def test_the_loss_takes_generation_logprobs_as_the_sampling_policy(tokenizer, tiny):
     """``policy_update`` with ``sampling_logp`` puts them in the ratio: log-probs 0.1 below the
     policy's give r = e^0.1 at every trained token (approx KL e^0.1 - 1.1, nothing clipped), 0.3
     below give r = e^0.3 (every token clipped); without them, one epoch has r = 1."""
     from cleanrl_style.llm.train import PolicySetup, generation_logprobs, policy_update
-
-    def loss(logp, extras):
-        log_ratio = logp - extras.get("old_logp", logp.detach())
-        ratio = log_ratio.exp()
-        return -ratio * extras["advantages"], {
-            "clipfrac": ((ratio - 1).abs() > 0.2).float(),
-            "approx_kl": (ratio - 1) - log_ratio,
-        }
 
     setup = PolicySetup(tiny, tokenizer, None, torch.optim.SGD(tiny.parameters(), lr=0.0), 1)
     own = batched_logprobs(tiny, AGG_SEQUENCES, AGG_MASKS, tokenizer.pad_token_id, 3)
@@ -978,12 +984,12 @@ def test_the_loss_takes_generation_logprobs_as_the_sampling_policy(tokenizer, ti
     advantages = [torch.ones(len(s)) for s in AGG_SEQUENCES]
     for shift, clipped in ((0.1, 0.0), (0.3, 1.0)):
         below = [lp - shift * torch.tensor(m, dtype=torch.float32) for lp, m in zip(own, AGG_MASKS)]
-        stats = policy_update(setup, AGG_SEQUENCES, AGG_MASKS, advantages, loss, sampling_logp=below, **common)
+        stats = policy_update(setup, AGG_SEQUENCES, AGG_MASKS, advantages, ratio_loss, sampling_logp=below, **common)
         assert stats["losses/approx_kl"] == pytest.approx(math.exp(shift) - 1 - shift, rel=1e-3)
-        assert stats["losses/clipfrac"] == clipped
-    assert policy_update(setup, AGG_SEQUENCES, AGG_MASKS, advantages, loss, **common)["losses/approx_kl"] == 0.0
-    with pytest.raises(ValueError, match="one log-probability per token"):
-        policy_update(setup, AGG_SEQUENCES, AGG_MASKS, advantages, loss, sampling_logp=[lp[1:] for lp in own], **common)
+        assert stats["losses/clipfrac"] == clipped and stats["losses/kl"] == 0.0  # no reference: no KL term
+    assert policy_update(setup, AGG_SEQUENCES, AGG_MASKS, advantages, ratio_loss, **common)["losses/approx_kl"] == 0.0
+    with pytest.raises(ValueError, match="^sampling_logp needs one log-probability per token of each sequence$"):
+        policy_update(setup, AGG_SEQUENCES, AGG_MASKS, advantages, ratio_loss, sampling_logp=[lp[1:] for lp in own], **common)
     # The agents pass the rollouts' generation-time log-probs at bf16 generation only.
     from cleanrl_style.llm.rollout import Rollout
 
@@ -991,6 +997,71 @@ def test_the_loss_takes_generation_logprobs_as_the_sampling_policy(tokenizer, ti
     assert generation_logprobs(rollouts, settings()) is None
     bf16 = dataclasses.replace(settings(), precision="bf16")
     assert [lp.tolist() for lp in generation_logprobs(rollouts, bf16)] == [[0.0, -0.5, -1.5]]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_policy_update_runs_every_pass_with_its_settings(tokenizer, tiny, precision):
+    """Two epochs at temperature 0.5 with a KL reference, token aggregation and the gradient
+    clipped to 1e-3, against the same passes done by hand: the second epoch's ratio is to the
+    log-probs before the first step, its KL is to the reference at that temperature and precision,
+    and SGD moves the weights by lr x 1e-3 a step."""
+    import copy
+
+    from cleanrl_style.llm.train import PolicySetup, policy_update
+
+    policy, reference = copy.deepcopy(tiny), copy.deepcopy(tiny)
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    lr, pad = 300.0, tokenizer.pad_token_id
+    advantages = [torch.tensor([1.0, -2.0, 0.5, 1.5, -1.0])[: len(s)] for s in AGG_SEQUENCES]
+    passes = dict(temperature=0.5, precision=precision)
+    before = batched_logprobs(policy, AGG_SEQUENCES, AGG_MASKS, pad, 3, **passes)
+    ref = batched_logprobs(reference, AGG_SEQUENCES, AGG_MASKS, pad, 3, **passes)
+    twin = copy.deepcopy(policy)  # the first epoch by hand
+    gradient_step(
+        twin,
+        torch.optim.SGD(twin.parameters(), lr=lr),
+        AGG_SEQUENCES,
+        AGG_MASKS,
+        pad,
+        ratio_loss,
+        per_token={"advantages": advantages, "ref_logp": ref, "old_logp": before},
+        micro_batch_size=3,
+        max_grad_norm=1e-3,
+        aggregation="token",
+        **passes,
+    )
+    moved = torch.cat([(a - b).detach().flatten() for a, b in zip(twin.parameters(), policy.parameters())]).norm()
+    assert float(moved) == pytest.approx(lr * 1e-3, rel=1e-3)  # clipped: the gradient's norm is far above 1e-3
+    after = batched_logprobs(twin, AGG_SEQUENCES, AGG_MASKS, pad, 3, **passes)
+    setup = PolicySetup(policy, tokenizer, reference, torch.optim.SGD(policy.parameters(), lr=lr), 1)
+    stats = policy_update(
+        setup,
+        AGG_SEQUENCES,
+        AGG_MASKS,
+        advantages,
+        ratio_loss,
+        kl_coef=0.1,
+        update_epochs=2,
+        micro_batch_size=3,
+        max_grad_norm=1e-3,
+        aggregation="token",
+        **passes,
+    )
+    trained = [torch.tensor(m[1:]) for m in AGG_MASKS]
+    log_r = torch.cat([(a - b)[1:][m] for a, b, m in zip(after, before, trained)])
+    d = torch.cat([(r - a)[1:][m] for r, a, m in zip(ref, after, trained)])
+    adv = torch.cat([x[1:][m] for x, m in zip(advantages, trained)])
+    ratio = log_r.exp()
+    assert float(log_r.abs().max()) > 0.01  # the first step moved the log-probs
+    expected_loss = (-torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv) + 0.1 * (d.exp() - d - 1)).mean()
+    assert set(stats) == {"losses/policy_loss", "losses/kl", "losses/clipfrac", "losses/approx_kl", "losses/grad_norm"}
+    assert stats["losses/approx_kl"] == pytest.approx(float(((ratio - 1) - log_r).mean()), rel=1e-3, abs=1e-7)
+    assert stats["losses/kl"] == pytest.approx(float((d.exp() - d - 1).mean()), rel=1e-3)
+    assert stats["losses/clipfrac"] == pytest.approx(float(((ratio - 1).abs() > 0.2).float().mean()))
+    assert stats["losses/policy_loss"] == pytest.approx(float(expected_loss), rel=1e-3, abs=1e-6)
+    assert stats["losses/grad_norm"] > 1e-3
 
 
 def test_weights_are_packed_where_mkl_can_pack_them():
