@@ -174,23 +174,28 @@ def smoke_runs(tiny: bool = False) -> list[tuple[str, str, list[str]]]:
     return [(name, agent, [*flags, *narrow[agent]]) for name, agent, flags in runs]
 
 
-def smoke(timeout: float, device: str = "cuda", tiny: bool = False) -> bool:
-    """Every control agent on ``device``; True if all exit 0 with finite losses."""
+def smoke(timeout: float, device: str = "cuda", tiny: bool = False, workers: int = 1) -> bool:
+    """Every control agent on ``device``, ``workers`` runs at a time; True if all exit 0 with finite losses."""
     import math
+    from concurrent.futures import ThreadPoolExecutor
 
-    ok = True
-    for name, agent, flags in smoke_runs(tiny):
-        last = run_agent(f"smoke_{name}", agent, ["--env", "Hopper", "--device", device, *flags], timeout)
-        losses = {k: v for k, v in last.items() if k.startswith("losses/")}
-        if "error" in last:
-            verdict = f"FAILED ({last['error']})"
-        elif not losses or not all(math.isfinite(v) for v in losses.values()):
-            verdict = f"FAILED (losses {losses or 'never logged'})"
-        else:
-            verdict = "ok"
-        ok &= verdict == "ok"
-        sps = last.get("charts/SPS", float("nan"))
-        print(f"  {name:26s} {verdict:8s} SPS {sps:>9,.0f}   ({last.get('seconds', float('nan')):.0f} s)", flush=True)
+    runs = smoke_runs(tiny)
+    with ThreadPoolExecutor(max_workers=workers) as pool:  # each run is a subprocess: threads only wait on them
+        finished = pool.map(
+            lambda run: run_agent(f"smoke_{run[0]}", run[1], ["--env", "Hopper", "--device", device, *run[2]], timeout), runs
+        )
+        ok = True
+        for (name, _, _), last in zip(runs, finished):  # in the runs' order, each as soon as it and those before end
+            losses = {k: v for k, v in last.items() if k.startswith("losses/")}
+            if "error" in last:
+                verdict = f"FAILED ({last['error']})"
+            elif not losses or not all(math.isfinite(v) for v in losses.values()):
+                verdict = f"FAILED (losses {losses or 'never logged'})"
+            else:
+                verdict = "ok"
+            ok &= verdict == "ok"
+            sps = last.get("charts/SPS", float("nan"))
+            print(f"  {name:26s} {verdict:8s} SPS {sps:>9,.0f}   ({last.get('seconds', float('nan')):.0f} s)", flush=True)
     return ok
 
 
@@ -214,6 +219,8 @@ class CheckArgs:
     """seconds before the PPO run is abandoned"""
     smoke_timeout: float = 150.0
     """seconds before one smoke run is abandoned"""
+    smoke_workers: int = 1
+    """smoke runs at once (their SPS figures are not judged; 2 on a 2-core CPU with --tiny uses both cores)"""
     skip_ppo: bool = False
     """skip the PPO throughput run"""
     skip_smoke: bool = False
@@ -253,7 +260,7 @@ def main(args: CheckArgs) -> None:
     if not args.skip_smoke:
         print(f"Every control agent on {args.device}, Hopper-v5, {'a few hundred' if args.tiny else 'a few thousand'} steps:",
               flush=True)  # fmt: skip
-        all_ok = smoke(args.smoke_timeout, args.device, args.tiny)
+        all_ok = smoke(args.smoke_timeout, args.device, args.tiny, args.smoke_workers)
         print(f"  smoke runs: {'all passed' if all_ok else 'FAILURES above'}", flush=True)
         if not all_ok:
             sys.exit(1)

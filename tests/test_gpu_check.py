@@ -18,7 +18,11 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_gpu_check_runs_on_the_cpu_at_tiny_sizes(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--tiny", "--runs-dir", str(tmp_path)],
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "gpu_check.py"),
+            *("--device", "cpu", "--tiny", "--smoke-workers", "2", "--runs-dir", str(tmp_path)),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
