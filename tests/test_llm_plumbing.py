@@ -903,6 +903,18 @@ def test_a_bf16_packed_linear_rounds_the_input_the_weight_and_the_output_to_bf16
         PackedLinear(weight, 8, products="fp16")
 
 
+def test_bf16_products_are_packed_only_where_onednn_runs_bf16(monkeypatch):
+    from cleanrl_style.llm import decoder
+
+    supported = torch.backends.mkldnn.is_available() and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    assert decoder._bf16_packing_available() == supported
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    assert not decoder._bf16_packing_available()
+    monkeypatch.undo()
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    assert not decoder._bf16_packing_available()
+
+
 def with_bf16_products(model):
     """A copy of ``model`` whose every linear layer (projections and head) multiplies as the packed
     decoder's bf16 products do: input and weight rounded to bfloat16, the output rounded to bfloat16."""
