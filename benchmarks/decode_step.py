@@ -24,22 +24,13 @@ import statistics
 import time
 
 import torch
+from llm_rollout_throughput import cpu_model, git_commit, read_bandwidth  # benchmarks/, beside this script
 
 from cleanrl_style.llm.decoder import PackedLlama
 from cleanrl_style.llm.model import load_causal_lm
 
 PRODUCTS = ("mkl::_mkl_linear", "mkldnn::_linear_pointwise", "aten::addmm", "aten::mm")
 ATTENTION = ("aten::bmm", "aten::_softmax", "aten::matmul")
-
-
-def read_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
-    x = torch.ones(megabytes * 2**20 // 4)
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        x.sum()
-        best = min(best, time.perf_counter() - started)
-    return x.numel() * 4 / best
 
 
 def prepared(model, rows: int, prefix: int, products: str) -> tuple[PackedLlama, torch.Tensor, torch.Tensor]:
@@ -108,8 +99,8 @@ def main() -> None:
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     print(
         f"\n{args.rows} rows, a shared prefix of {args.prefix} tokens and 30 of each row's own, {args.steps} steps a round; "
-        f"{time.strftime('%Y-%m-%d')}, {cpu_name()}, {os.cpu_count()} cores, 1 torch thread, 1-minute load average "
-        f"{load_before:.1f} before and {os.getloadavg()[0]:.1f} after; torch {torch.__version__}"
+        f"{time.strftime('%Y-%m-%d')}, {cpu_model()}, {os.cpu_count()} cores, 1 torch thread, 1-minute load average "
+        f"{load_before:.1f} before and {os.getloadavg()[0]:.1f} after; torch {torch.__version__}; commit {git_commit()}"
     )
     for name in names:
         step = statistics.median(seconds[name])
@@ -125,14 +116,6 @@ def main() -> None:
         f"bf16 / fp32 speed: {statistics.median(seconds['fp32']) / statistics.median(seconds['bf16']):.2f}x "
         f"(per round: {', '.join(f'{x:.2f}' for x in ratios)}); read bandwidth {reading / 1e9:.1f} GB/s"
     )
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return "unknown CPU"
 
 
 if __name__ == "__main__":
