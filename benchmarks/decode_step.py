@@ -17,9 +17,10 @@ rotations, residuals, the cache's writes), by self CPU time.
 
 A third variant, ``skipped``, times the bf16 decoder with every weight product skipped: each packed
 projection returns the output it gave at the round's first step, so the step reads no weights and
-does everything else (attention over the cache, norms, rotations, residuals, the cache's writes).
-Its time plus the weights' bytes at the measured read bandwidth is the fastest step this decoder
-could take with its products at the bound; the tokens/s that implies is printed last.
+does everything else (attention over the cache, norms, rotations, residuals, the cache's writes;
+the products' own conversions to and from bf16 are skipped with them). Its time plus the bf16
+weights' bytes at the measured read bandwidth is a lower bound on the step of this decoder with
+its products at the bound; the tokens/s that implies, an upper bound, is printed last.
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ def main() -> None:
     model, _ = load_causal_lm()
     model.eval()
     load_before = os.getloadavg()[0]
-    names = ("fp32", "bf16", "skipped")
+    precisions = ("fp32", "bf16")
+    names = (*precisions, "skipped")
     seconds: dict[str, list[float]] = {name: [] for name in names}
     with torch.no_grad():
         for r in range(args.rounds):
@@ -122,7 +124,7 @@ def main() -> None:
                     seconds[name].append(steps(packed, token, mask, args.steps)[0])
                 print(f"round {r}: {name}: {seconds[name][-1] * 1e3:.1f} ms per step", flush=True)
                 del packed
-        parts = {name: profile(model, args, name) for name in names[:2]}
+        parts = {name: profile(model, args, name) for name in precisions}
     reading = read_bandwidth()
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     print(
@@ -130,7 +132,7 @@ def main() -> None:
         f"{time.strftime('%Y-%m-%d')}, {cpu_model()}, {os.cpu_count()} cores, 1 torch thread, 1-minute load average "
         f"{load_before:.1f} before and {os.getloadavg()[0]:.1f} after; torch {torch.__version__}; commit {git_commit()}"
     )
-    for name in names[:2]:
+    for name in precisions:
         step = statistics.median(seconds[name])
         bound = reading / (weight_bytes / (2 if name == "bf16" else 1))
         split = ", ".join(f"{part} {ms:.1f}" for part, ms in parts[name].items())
@@ -145,11 +147,12 @@ def main() -> None:
         f"(per round: {', '.join(f'{x:.2f}' for x in ratios)}); read bandwidth {reading / 1e9:.1f} GB/s"
     )
     rest = statistics.median(seconds["skipped"])
-    fastest = rest + weight_bytes / 2 / reading
+    bf16_read = weight_bytes / 2 / reading  # seconds to read the bf16 weights once
+    fastest = rest + bf16_read
     print(
         f"without the weight products (bf16 decoder): {rest * 1e3:.1f} ms per step (median; rounds "
         f"{', '.join(f'{s * 1e3:.1f}' for s in seconds['skipped'])}); with bf16 products at the read bound "
-        f"({weight_bytes / 2 / reading * 1e3:.1f} ms) a step would take {fastest * 1e3:.1f} ms: "
+        f"({bf16_read * 1e3:.1f} ms) a step would take {fastest * 1e3:.1f} ms: "
         f"{args.rows / fastest:.0f} tokens/s for {args.rows} rows at most"
     )
 
